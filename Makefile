@@ -1,0 +1,34 @@
+# Sparse S-SGD lab. `make help` lists the targets.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-done
+# Deterministic, quiet and fast defaults for every command run from here.
+export MALLOC_ARENA_MAX ?= 2
+export WANDB_SILENT ?= true
+
+.PHONY: help setup run test test-fast clean
+
+help:  ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup: $(STAMP)  ## create .venv and install the package with pinned dependencies (~2 min)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -c "import torch, torchvision, hydra, mpi4py, wandb; print('setup ok: torch', torch.__version__)"
+	touch $(STAMP)
+
+run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~1 min)
+	$(PY) src/train.py $(ARGS)
+
+test: $(STAMP)  ## the whole test suite (~? min on 2 cores)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
+	$(PY) -m pytest -q -m "not slow"
+
+clean:  ## remove run outputs (keeps .venv)
+	rm -rf outputs multirun wandb .pytest_cache

@@ -1,0 +1,140 @@
+"""Turn a composed Hydra config into the objects of one run, validating it on the way.
+
+Every check raises `ConfigError` with a message that names the offending key and what is allowed;
+`src/train.py` prints it as one line and exits with status 2.
+"""
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from ssgd.compress.base import Compressor
+from ssgd.data.base import TensorData
+from ssgd.errors import ConfigError
+from ssgd.models.dropout import has_global_dropout
+from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.schedule import LRSchedule
+from ssgd.sync import DensitySchedule, Scheme
+from ssgd.trainer import Trainer, TrainConfig
+from ssgd.utils.metrics import MetricWriter
+from ssgd.utils.seeding import rank_generator
+from ssgd.world import ThreadWorld
+
+BACKENDS = ("thread", "mpi")
+
+
+def _instantiate(node: DictConfig, key: str, **kwargs):
+    """hydra.utils.instantiate with its errors turned into one-line ConfigErrors naming `key`."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__ if isinstance(err.__cause__, ConfigError) else None
+        if cause is not None:
+            raise cause from None
+        raise ConfigError(f"{key}: {str(err).splitlines()[0]}") from None
+
+
+def _positive_int(value, key: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r}: must be an integer >= {minimum}")
+    return value
+
+
+def world_size(cfg: DictConfig) -> int:
+    return _positive_int(cfg.cluster.world_size, "cluster.world_size")
+
+
+def network(cfg: DictConfig) -> AlphaBeta:
+    net = cfg.cluster.network
+    return AlphaBeta(alpha=net.alpha, beta=net.beta)
+
+
+def scheme(cfg: DictConfig, seed: int) -> Scheme:
+    c = cfg.compressor
+    density = DensitySchedule(c.density, tuple(c.density_warmup or ()))
+    make_compress = _instantiate(c.compress, "compressor.compress")
+    make_memory = _instantiate(c.memory, "compressor.memory")
+
+    def make_compressor(rank: int) -> Compressor:
+        return make_compress(generator=rank_generator(seed, rank, "compressor"))
+
+    return Scheme(name=c.name, make_compressor=make_compressor, make_memory=lambda d: make_memory(d=d),
+                  collective=_instantiate(c.collective, "compressor.collective"), density=density)
+
+
+def train_config(cfg: DictConfig) -> TrainConfig:
+    t = OmegaConf.to_container(cfg.trainer, resolve=True)
+    try:
+        tc = TrainConfig(**t)
+    except TypeError as err:
+        raise ConfigError(f"trainer: {err}") from None
+    _positive_int(tc.batch_size, "trainer.batch_size")
+    _positive_int(tc.epochs, "trainer.epochs")
+    _positive_int(tc.eval_every, "trainer.eval_every")
+    _positive_int(tc.log_every, "trainer.log_every")
+    _positive_int(tc.checkpoint_every, "trainer.checkpoint_every", minimum=0)
+    if tc.max_steps is not None:
+        _positive_int(tc.max_steps, "trainer.max_steps")
+    if tc.grad_clip is not None and not tc.grad_clip > 0:
+        raise ConfigError(f"trainer.grad_clip={tc.grad_clip!r}: must be null or > 0")
+    return tc
+
+
+def lr_schedule(cfg: DictConfig, P: int) -> LRSchedule:
+    s, lr = cfg.schedule, cfg.optimizer.lr
+    start = lr / P if s.warmup_start is None else s.warmup_start
+    return LRSchedule(lr=lr, warmup_epochs=s.warmup_epochs, warmup_start=start,
+                      milestones=tuple(s.milestones), gamma=s.gamma)
+
+
+def optimizer_factory(cfg: DictConfig):
+    o = cfg.optimizer
+    for key in ("momentum", "weight_decay"):
+        if not o[key] >= 0:
+            raise ConfigError(f"optimizer.{key}={o[key]!r}: must be >= 0")
+    return partial(torch.optim.SGD, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
+                   nesterov=o.nesterov)
+
+
+def dataset(cfg: DictConfig) -> TensorData:
+    return _instantiate(cfg.dataset, "dataset")
+
+
+def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)            # identical initial weights on every rank and backend
+    m = _instantiate(cfg.model, "model", spec=data.spec)
+    if has_global_dropout(m):
+        raise ConfigError("model: uses torch.nn.Dropout (process-global RNG, nondeterministic with virtual "
+                          "workers); use ssgd.models.GenDropout")
+    return m
+
+
+def trainer(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, MetricWriter, ThreadWorld]:
+    """Validate `cfg` and build everything a run needs (thread backend)."""
+    if cfg.backend not in BACKENDS:
+        raise ConfigError(f"backend={cfg.backend!r}: must be one of {', '.join(BACKENDS)}")
+    if cfg.backend == "mpi":
+        raise ConfigError("backend=mpi: not available yet in this version; use backend=thread")
+    seed = _positive_int(cfg.seed, "seed", minimum=0)
+    P, net, tc = world_size(cfg), network(cfg), train_config(cfg)
+    sch, schedule, make_opt = scheme(cfg, seed), lr_schedule(cfg, P), optimizer_factory(cfg)
+    data = dataset(cfg)
+    mdl = model(cfg, data, seed)
+    threads = None if cfg.threads is None else _positive_int(cfg.threads, "threads")
+    labels = {"compressor": cfg.compressor.name, "cluster": cfg.cluster.name, "model": cfg.model._target_,
+              "dataset": data.spec.name, "backend": cfg.backend, "seed": seed}
+    writer = MetricWriter(run_dir, cfg.wandb.mode, cfg.wandb.project,
+                          OmegaConf.to_container(cfg, resolve=True), cfg.wandb.name)
+    world = ThreadWorld(P, threads)
+    try:
+        tr = Trainer(tc, world, mdl, data, sch, make_opt, schedule, net, writer, seed, run_dir, labels)
+    except BaseException:
+        world.close()
+        writer.close()
+        raise
+    return tr, writer, world

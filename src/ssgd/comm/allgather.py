@@ -1,0 +1,32 @@
+"""Sparse S-SGD aggregation by AllGather (Top-k, Random-k, Gaussian-k).
+
+Released code (both repos): every rank gathers all ranks' (index, value) pairs and adds them:
+G[idx] += val for each block in rank order, then G /= P. Blocks may differ in size (Gaussian-k
+selects a variable number of entries), so the gather is an allgatherv of packed pairs; no trailing
+element is dropped (papers.md section 9.5).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ssgd.comm.base import Collective, Program, Reduced
+from ssgd.comm.ops import Allgatherv
+from ssgd.compress.sparse import Sparse, pack_sparse, sum_sparse, unpack_sparse
+from ssgd.perf import cost
+from ssgd.perf.alphabeta import AlphaBeta
+
+
+class SparseAllgather(Collective):
+    """Sum of every rank's sparse payload; each rank's whole payload counts as sent."""
+
+    name = "sparse_allgather"
+
+    def program(self, rank: int, P: int, payload: Sparse) -> Program:  # type: ignore[override]
+        if not isinstance(payload, Sparse):
+            raise TypeError("SparseAllgather needs a Sparse payload (compressor topk/randomk/gaussiank)")
+        blocks = yield Allgatherv(pack_sparse(payload))
+        total = sum_sparse([unpack_sparse(b, payload.numel) for b in blocks])
+        return Reduced(total, P)
+
+    def model_seconds(self, net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
+        return cost.sparse_allgather_seconds(net, counts)

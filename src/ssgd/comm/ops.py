@@ -1,0 +1,104 @@
+"""The communication operations a collective program may yield, and its per-rank counters.
+
+A collective is written once, as an SPMD generator function of (rank, P, payload): it yields these
+operations and receives their results (see `ssgd.comm.base.Collective`). An executor runs the
+programs: `ssgd.comm.thread` drives all P ranks in this process in lock step, an MPI executor
+drives this process's rank with mpi4py. Semantics are MPI's:
+
+  * `Send` blocks until the matching `Recv` is posted (so a program that would deadlock under MPI
+    deadlocks, loudly, under threads too); `Recv` fills `buf` in place.
+  * `Allreduce`, `Allgatherv`, `Bcast` are collective: every rank must yield the same kind, in the
+    same order. Their results must be treated as read-only: the thread executor hands the SAME
+    tensor to every rank.
+
+Buffers are contiguous CPU tensors; bytes are counted as `numel * element_size`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from ssgd.perf import cost
+
+
+def nbytes(t: Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+@dataclass(frozen=True)
+class Send:
+    dest: int
+    buf: Tensor
+    tag: int = 0
+
+
+@dataclass(frozen=True)
+class Recv:
+    source: int
+    buf: Tensor
+    tag: int = 0
+
+
+@dataclass(frozen=True)
+class Allreduce:
+    """Sum of every rank's `buf` (same shape everywhere), modelled as a ring allreduce.
+
+    Result: a new tensor; bitwise equal to summing the ranks' buffers left to right in rank order
+    on every backend that promises bitwise equality.
+    """
+
+    buf: Tensor
+
+
+@dataclass(frozen=True)
+class Allgatherv:
+    """Every rank's 1-D `buf` (sizes may differ, dtype must agree), modelled as a ring allgather.
+
+    Result: list of P tensors in rank order.
+    """
+
+    buf: Tensor
+
+
+@dataclass(frozen=True)
+class Bcast:
+    """Rank 0's `buf` to every rank (binomial tree). Non-root ranks pass a buffer of the right
+    size and dtype (its content is ignored). Result: the root's data."""
+
+    buf: Tensor
+
+
+Op = Send | Recv | Allreduce | Allgatherv | Bcast
+
+
+@dataclass
+class CommStats:
+    """What one rank sent in one or more collective calls."""
+
+    messages: int = 0
+    bytes: int = 0
+
+    def add(self, sent: tuple[int, int]) -> None:
+        self.messages += sent[0]
+        self.bytes += sent[1]
+
+
+def collective_sent(op: Op, rank: int, P: int, block_bytes: list[int] | None = None) -> tuple[int, int]:
+    """(messages, bytes) `rank` sends for a collective op; `block_bytes` is needed for Allgatherv."""
+    if isinstance(op, Allreduce):
+        return cost.allreduce_sent(rank, P, op.buf.numel(), op.buf.element_size())
+    if isinstance(op, Allgatherv):
+        assert block_bytes is not None
+        return cost.allgatherv_sent(rank, block_bytes)
+    if isinstance(op, Bcast):
+        return cost.bcast_sent(rank, P, nbytes(op.buf))
+    raise TypeError(f"not a collective op: {op!r}")
+
+
+@dataclass
+class RankLog:
+    """Counters of one rank plus, on simulating executors, its modelled clock."""
+
+    stats: CommStats = field(default_factory=CommStats)
+    clock: float = 0.0

@@ -1,0 +1,34 @@
+"""Local, communication-free gradient compressors."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor
+
+from ssgd.compress.sparse import Sparse
+
+Payload = Tensor | Sparse
+
+
+class Compressor(ABC):
+    """Maps the compensated gradient u (float32 [d], 1-D, contiguous) to what this rank sends.
+
+    One instance per rank: anything random draws from the instance's own `generator`, never from
+    the process-global RNG (virtual workers share one process). `compress` must not modify u, and
+    sparse values must be copies (the residual buffer that holds u is edited afterwards).
+    """
+
+    def __init__(self, generator: torch.Generator | None = None) -> None:
+        self.generator = generator
+
+    @abstractmethod
+    def compress(self, u: Tensor, density: float) -> Payload:
+        ...
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()} if self.generator is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.generator is not None and "generator" in state:
+            self.generator.set_state(state["generator"])

@@ -1,0 +1,66 @@
+"""Error-feedback memory (residual accumulation), one instance per rank.
+
+TopK-SGD with error feedback (papers.md 2.1): u = g + e; after the collective, e = u minus what
+counted as sent. The residual stores raw gradients (no momentum correction), as released.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ssgd.compress.sparse import Sparse
+
+Payload = Tensor | Sparse
+
+
+class NoMemory:
+    """No error feedback: u = g and nothing is kept."""
+
+    def __init__(self, d: int = 0) -> None:
+        pass
+
+    def compensate(self, grad: Tensor) -> Tensor:
+        return grad
+
+    def update(self, sent: Payload) -> None:
+        pass
+
+    def norm(self) -> float:
+        return 0.0
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class ResidualMemory:
+    """Residual e (float32 [d], starts at 0).
+
+    `compensate(g)` adds g into e IN PLACE and returns that buffer as u (no extra d-sized copy).
+    `update(sent)` then turns the buffer into the new residual u - sent: zero at sent indices for a
+    sparse payload (O(k)), u - sent for a dense one. Contract: `sent` values were copied from u
+    (compressors copy), and nobody reads u after `update`.
+    """
+
+    def __init__(self, d: int) -> None:
+        self.e = torch.zeros(d, dtype=torch.float32)
+
+    def compensate(self, grad: Tensor) -> Tensor:
+        return self.e.add_(grad)
+
+    def update(self, sent: Payload) -> None:
+        if isinstance(sent, Sparse):
+            self.e.index_fill_(0, sent.idx, 0.0)
+        else:
+            self.e.sub_(sent)
+
+    def norm(self) -> float:
+        return float(torch.linalg.vector_norm(self.e))
+
+    def state_dict(self) -> dict:
+        return {"e": self.e.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.e.copy_(state["e"])

@@ -1,0 +1,30 @@
+"""Plain model factories: each takes the dataset's `DataSpec` and checks that it fits.
+
+No distributed logic lives here. Randomness inside models comes only from `GenDropout`, which draws
+from a per-rank generator set with `use_generator`.
+"""
+from torch import nn
+
+from ssgd.models.cnn import SmallCNN
+from ssgd.models.dropout import GenDropout, has_global_dropout, use_generator
+from ssgd.models.lstm import LSTMLM
+from ssgd.models.mlp import FNN3
+from ssgd.models.resnet import resnet20, resnet56
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of scalar parameters d (trainable or not; buffers such as BN statistics excluded)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = [
+    "FNN3",
+    "SmallCNN",
+    "resnet20",
+    "resnet56",
+    "LSTMLM",
+    "GenDropout",
+    "use_generator",
+    "has_global_dropout",
+    "count_parameters",
+]

@@ -1,0 +1,151 @@
+"""Alpha-beta cost of exactly the communication primitives and collectives this package runs.
+
+Two kinds of function per primitive, both pure:
+  * ``*_sent(rank, ...) -> (messages, bytes)``: what one rank sends. The communication executors
+    count with these same functions, so counters and models cannot drift apart.
+  * ``*_seconds(net, ...) -> float``: the critical-path time on a network with the given
+    `AlphaBeta`, assuming every rank enters the call at the same moment and each step of the
+    schedule waits for its slowest message.
+
+Schedules modelled (shared with `ssgd.comm`):
+  * ring allreduce (reduce-scatter + allgather, 2(P-1) steps, chunks as `torch.tensor_split`);
+  * ring allgather(v) (P-1 steps; the block sizes may differ per rank);
+  * binomial-tree broadcast from rank 0 (ceil(log2 P) rounds);
+  * the gTop-k bit-mask binomial reduce to rank 0 (ceil(log2 P) rounds) + broadcast.
+
+With m = d elements of 4 bytes, the dense ring allreduce is the paper's 2(P-1)alpha + 2(P-1)/P m beta
+(exactly when P divides m), and gTop-k is the first published form 2 alpha log P + 4 k log P beta
+(beta per 4-byte element; Shi et al., ICDCS 2019; papers.md section 3.1). Our Top-k allgather is a
+ring, (P-1)(alpha + 8k beta) per call, where the paper writes alpha log P + 2(P-1)k beta (recursive
+doubling latency); the bandwidth terms agree.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ssgd.perf.alphabeta import AlphaBeta
+
+ELEMENT_BYTES = 4          # float32 values and int32 indices
+SPARSE_ENTRY_BYTES = 8     # one (int32 index, float32 value) pair on the wire
+
+
+def rounds(P: int) -> int:
+    """ceil(log2 P): rounds of a binomial tree over P ranks (0 for P = 1)."""
+    return (P - 1).bit_length()
+
+
+def ring_chunks(n: int, P: int) -> list[int]:
+    """Chunk lengths of an n-element vector cut into P parts, as `torch.tensor_split` cuts it."""
+    q, r = divmod(n, P)
+    return [q + 1 if i < r else q for i in range(P)]
+
+
+# --- point to point ---------------------------------------------------------------------------
+def p2p_sent(nbytes: int) -> tuple[int, int]:
+    return 1, nbytes
+
+
+# --- ring allreduce ---------------------------------------------------------------------------
+def allreduce_sent(rank: int, P: int, n: int, itemsize: int = ELEMENT_BYTES) -> tuple[int, int]:
+    """Ring allreduce of n elements: rank r sends every chunk but (r+1)%P in the reduce-scatter
+    and every chunk but (r+2)%P in the allgather."""
+    if P == 1:
+        return 0, 0
+    c = ring_chunks(n, P)
+    return 2 * (P - 1), itemsize * (2 * n - c[(rank + 1) % P] - c[(rank + 2) % P])
+
+
+def allreduce_seconds(net: AlphaBeta, P: int, n: int, itemsize: int = ELEMENT_BYTES) -> float:
+    """2(P-1) ring steps, each bounded by the largest chunk."""
+    if P == 1:
+        return 0.0
+    return 2 * (P - 1) * net.message(itemsize * max(ring_chunks(n, P)))
+
+
+# --- ring allgather(v) ------------------------------------------------------------------------
+def allgatherv_sent(rank: int, block_bytes: Sequence[int]) -> tuple[int, int]:
+    """Ring allgather: rank r forwards every block except that of rank (r+1)%P."""
+    P = len(block_bytes)
+    if P == 1:
+        return 0, 0
+    return P - 1, sum(block_bytes) - block_bytes[(rank + 1) % P]
+
+
+def allgatherv_seconds(net: AlphaBeta, block_bytes: Sequence[int]) -> float:
+    """P-1 ring steps; in every step all blocks are in flight, so each step costs the largest."""
+    P = len(block_bytes)
+    if P == 1:
+        return 0.0
+    return (P - 1) * net.message(max(block_bytes))
+
+
+# --- binomial broadcast from rank 0 -----------------------------------------------------------
+def bcast_children(rank: int, P: int) -> list[int]:
+    """Ranks that `rank` forwards to in the binomial broadcast rooted at 0.
+
+    Rank r > 0 receives from r - 2^h (h = its highest set bit) and then sends to r + 2^j for every
+    j > h with r + 2^j < P; rank 0 sends to every power of two below P.
+    """
+    h = rank.bit_length()          # first mask above rank's highest bit (1 for rank 0 ... )
+    mask = 1 << h if rank else 1
+    out = []
+    while rank + mask < P:
+        out.append(rank + mask)
+        mask <<= 1
+    return out
+
+
+def bcast_sent(rank: int, P: int, nbytes: int) -> tuple[int, int]:
+    n = len(bcast_children(rank, P))
+    return n, n * nbytes
+
+
+def bcast_seconds(net: AlphaBeta, P: int, nbytes: int) -> float:
+    return rounds(P) * net.message(nbytes)
+
+
+# --- collectives built on the primitives ------------------------------------------------------
+def dense_seconds(net: AlphaBeta, P: int, d: int) -> float:
+    """Dense S-SGD: ring allreduce of the d float32 gradient elements."""
+    return allreduce_seconds(net, P, d)
+
+
+def sparse_allgather_seconds(net: AlphaBeta, counts: Sequence[int]) -> float:
+    """Top-k / Random-k / Gaussian-k S-SGD: ring allgather of each rank's (index, value) pairs."""
+    return allgatherv_seconds(net, [SPARSE_ENTRY_BYTES * c for c in counts])
+
+
+def gtopk_tree_children(rank: int, P: int) -> list[int]:
+    """Ranks whose partial top-k `rank` receives in the bit-mask reduce, in round order."""
+    out, mask = [], 1
+    while mask < P:
+        if rank & mask:
+            break
+        if rank | mask < P:
+            out.append(rank | mask)
+        mask <<= 1
+    return out
+
+
+def gtopk_sent(rank: int, P: int, k: int) -> tuple[int, int]:
+    """gTopKAllReduce: one 2k-int32 message up the tree (ranks > 0), then the broadcast."""
+    nbytes = SPARSE_ENTRY_BYTES * k
+    m, b = bcast_sent(rank, P, nbytes)
+    return m + (1 if rank else 0), b + (nbytes if rank else 0)
+
+
+def gtopk_seconds(net: AlphaBeta, P: int, k: int) -> float:
+    """ceil(log2 P) reduce rounds + ceil(log2 P) broadcast rounds of 8k bytes each
+    (= 2 alpha log P + 4 k log P beta_element for P a power of two)."""
+    return 2 * rounds(P) * net.message(SPARSE_ENTRY_BYTES * k)
+
+
+def paper_dense_seconds(net: AlphaBeta, P: int, d: int) -> float:
+    """Closed form printed by the gTop-k paper: 2(P-1)alpha + 2(P-1)/P d beta_element."""
+    return 2 * (P - 1) * net.alpha + 2 * (P - 1) / P * d * ELEMENT_BYTES * net.beta
+
+
+def paper_topk_seconds(net: AlphaBeta, P: int, k: int) -> float:
+    """gTop-k paper's Top-k AllGather form: alpha log2 P + 2(P-1) k beta_element."""
+    return net.alpha * math.log2(P) + 2 * (P - 1) * k * ELEMENT_BYTES * net.beta

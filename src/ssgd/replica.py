@@ -1,0 +1,74 @@
+"""One rank's model replica and its forward/backward/compress work in one step."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ssgd.comm.base import Payload
+from ssgd.models.dropout import use_generator
+from ssgd.sync import RankSync
+
+
+@dataclass(frozen=True)
+class LocalStep:
+    """What one rank produced in one step (scalars are Python floats)."""
+
+    payload: Payload
+    loss: float
+    correct: float
+    samples: float
+    compute_s: float
+    compress_s: float
+
+
+def loss_and_correct(out: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Cross-entropy over the last dimension (classes or vocabulary) and the number of hits."""
+    logits, target = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+    return F.cross_entropy(logits, target), (logits.argmax(1) == target).sum()
+
+
+class Replica:
+    """A rank's module (own buffers, possibly shared Parameters), dropout generator and sync state.
+
+    `params` is the list of Parameters gradients are taken with respect to; `flat` is this rank's
+    float32 [d] gradient buffer (the dense payload, or added into the residual).
+    """
+
+    def __init__(self, module: nn.Module, params: list[nn.Parameter], sync: RankSync,
+                 dropout_gen: torch.Generator) -> None:
+        self.module, self.params, self.sync, self.dropout_gen = module, params, sync, dropout_gen
+        use_generator(module, dropout_gen)
+        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+        self.views = [v.view_as(p) for v, p in zip(self.flat.split([p.numel() for p in params]), params)]
+
+    def step(self, x: Tensor, y: Tensor, density: float) -> LocalStep:
+        t0 = time.perf_counter()
+        self.module.train()
+        loss, correct = loss_and_correct(self.module(x), y)
+        grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+        for view, g in zip(self.views, grads):
+            if g is None:
+                view.zero_()
+            else:
+                view.copy_(g)
+        t1 = time.perf_counter()
+        payload = self.sync.compress(self.flat, density)
+        t2 = time.perf_counter()
+        return LocalStep(payload, loss.item(), float(correct), float(y.numel()), t1 - t0, t2 - t1)
+
+    def state_dict(self) -> dict:
+        return {"buffers": {n: b.clone() for n, b in self.module.named_buffers()},
+                "memory": self.sync.memory.state_dict(), "compressor": self.sync.compressor.state_dict(),
+                "dropout_gen": self.dropout_gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        buffers = dict(self.module.named_buffers())
+        for name, value in state["buffers"].items():
+            buffers[name].copy_(value)
+        self.sync.memory.load_state_dict(state["memory"])
+        self.sync.compressor.load_state_dict(state["compressor"])
+        self.dropout_gen.set_state(state["dropout_gen"])

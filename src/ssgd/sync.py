@@ -1,0 +1,76 @@
+"""A communication scheme and each rank's side of it: compensate -> compress -> collective -> residual.
+
+A scheme (one `conf/compressor/*.yaml`) is a complete, valid triple: a local compressor, the
+collective that aggregates its payloads, and the error-feedback memory, plus the density and its
+per-epoch warm-up. The residual is updated AFTER the collective, because with gTop-k it depends on
+which local entries reached the global set.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ssgd.comm.base import Collective, Payload, Reduced, accounted
+from ssgd.compress.base import Compressor
+from ssgd.compress.memory import NoMemory, ResidualMemory
+from ssgd.errors import ConfigError
+
+Memory = NoMemory | ResidualMemory
+
+
+@dataclass(frozen=True)
+class DensitySchedule:
+    """density(epoch) = warmup[epoch] while epoch < len(warmup), else `density`.
+
+    The released gTop-k code hard-codes warmup = [0.004] and GaussianK-SGD [0.015625, 0.004, 0.001]
+    (papers.md 6.1-6.2); here they are configuration values.
+    """
+
+    density: float
+    warmup: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key, value in [("density", self.density)] + [(f"density_warmup[{i}]", v) for i, v in enumerate(self.warmup)]:
+            if not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+                raise ConfigError(f"compressor.{key}={value!r}: must be a number in (0, 1]")
+
+    def __call__(self, epoch: int) -> float:
+        return self.warmup[epoch] if epoch < len(self.warmup) else self.density
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """Factories for one rank's compressor and memory, the shared collective, and the density."""
+
+    name: str
+    make_compressor: Callable[[int], Compressor]   # rank -> that rank's compressor
+    make_memory: Callable[[int], Memory]           # d -> a fresh memory
+    collective: Collective
+    density: DensitySchedule
+
+
+class RankSync:
+    """One rank's compressor and error-feedback memory."""
+
+    def __init__(self, scheme: Scheme, rank: int, d: int) -> None:
+        self.compressor = scheme.make_compressor(rank)
+        self.memory = scheme.make_memory(d)
+
+    def compress(self, grad: Tensor, density: float) -> Payload:
+        """u = g + e, then the payload. `grad` may be overwritten (it may become u)."""
+        return self.compressor.compress(self.memory.compensate(grad), density)
+
+    def settle(self, payload: Payload, reduced: Reduced) -> None:
+        """After the collective: e = u - (part of payload that counted as sent)."""
+        self.memory.update(accounted(payload, reduced.support))
+
+
+def payload_count(payload: Payload) -> int:
+    """Entries a payload carries (d for a dense one)."""
+    return payload.numel() if isinstance(payload, Tensor) else len(payload)
+
+
+def counts_of(payloads: Sequence[Payload]) -> list[int]:
+    return [payload_count(p) for p in payloads]

@@ -1,0 +1,206 @@
+"""The S-SGD loop: forward/backward on every rank, compress, aggregate, one update, evaluate, log.
+
+Data-parallel synchronous SGD with weak scaling (batch size per worker; papers.md 6.1): each step,
+every rank r computes g_r on its own micro-batch, compresses u_r = g_r + e_r, the scheme's
+collective aggregates, every rank updates its residual, and the averaged gradient drives one SGD
+step (momentum and weight decay act after aggregation, as released). The trainer has no
+compressor- or backend-specific branches: the scheme and the world carry those.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from ssgd.checkpoint import load_checkpoint, save_checkpoint
+from ssgd.comm.ops import RankLog
+from ssgd.data.base import TensorData
+from ssgd.data.loader import ShardedLoader
+from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.replica import LocalStep, Replica, loss_and_correct
+from ssgd.schedule import LRSchedule
+from ssgd.sync import RankSync, Scheme, counts_of
+from ssgd.utils.metrics import MetricWriter
+from ssgd.utils.seeding import rank_generator
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Loop settings (conf/config.yaml `trainer:`)."""
+
+    batch_size: int = 32            # samples per worker per step (weak scaling)
+    epochs: int = 10
+    max_steps: int | None = None    # stop early after this many steps in total
+    eval_every: int = 1             # epochs between evaluations (and after the last step)
+    log_every: int = 10             # steps per metrics.jsonl record (values are interval means)
+    grad_clip: float | None = None  # max L2 norm of the aggregated gradient
+    checkpoint_every: int = 0       # epochs between checkpoints (0: never)
+    resume: str | None = None       # path of a checkpoint.pt to continue from
+    progress: bool = True           # tqdm progress bar on stderr
+    eval_batch: int = 1000
+
+
+class Trainer:
+    """Runs S-SGD for one scheme on one world; `fit()` returns the summary (also written)."""
+
+    def __init__(self, cfg: TrainConfig, world, model: nn.Module, data: TensorData, scheme: Scheme,
+                 make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer], schedule: LRSchedule,
+                 net: AlphaBeta, writer: MetricWriter, seed: int, run_dir: Path, labels: dict | None = None) -> None:
+        self.cfg, self.world, self.data, self.scheme = cfg, world, data, scheme
+        self.net, self.writer, self.run_dir, self.labels = net, writer, Path(run_dir), labels or {}
+        self.P = world.size
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.d = sum(p.numel() for p in self.params)
+        modules = world.replicate(model)
+        self.replicas = {r: Replica(m, self.params, RankSync(scheme, r, self.d), rank_generator(seed, r, "dropout"))
+                         for r, m in zip(world.local_ranks, modules)}
+        self.optimizer = make_optimizer(self.params)
+        self.schedule = schedule
+        self.loader = ShardedLoader(data.x_train, data.y_train, self.P, cfg.batch_size, seed)
+        self.epoch, self.step_count = 0, 0
+        if cfg.resume:
+            self._resume(Path(cfg.resume))
+
+    # -- one step --------------------------------------------------------------------------------
+    def step(self, it: int, density: float) -> dict[str, float]:
+        """One S-SGD step on batch `it` of the current epoch; returns its metrics (all ranks)."""
+        t0 = time.perf_counter()
+        local: list[LocalStep] = self.world.map(
+            lambda r: self.replicas[r].step(*self.loader.batch(it, r), density))
+        t1 = time.perf_counter()
+        results, logs = self.world.collective(self.scheme.collective, [s.payload for s in local])
+        t2 = time.perf_counter()
+        settle_s = []
+        for r, s, res in zip(self.world.local_ranks, local, results):
+            ts = time.perf_counter()
+            self.replicas[r].sync.settle(s.payload, res)
+            settle_s.append(time.perf_counter() - ts)
+        self._apply(results[0].average())
+        t3 = time.perf_counter()
+        return self._step_metrics(local, logs, settle_s, density, wall=(t1 - t0, t2 - t1, t3 - t2))
+
+    def _apply(self, grad: Tensor) -> None:
+        for p, g in zip(self.params, grad.split([p.numel() for p in self.params])):
+            p.grad = g.view_as(p)
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        self.optimizer.step()
+
+    def _step_metrics(self, local: list[LocalStep], logs: list[RankLog], settle_s: list[float], density: float,
+                      wall: tuple[float, float, float]) -> dict[str, float]:
+        rows = self.world.gather([(s.loss, s.correct, s.samples, s.compute_s, s.compress_s + u, c, log.stats.messages,
+                                   log.stats.bytes) for s, u, c, log in
+                                  zip(local, settle_s, counts_of([s.payload for s in local]), logs)])
+        loss, correct, samples, compute, compress, counts, messages, sent = (list(col) for col in zip(*rows))
+        P = self.P
+        comm_model = self.scheme.collective.model_seconds(self.net, P, self.d, counts)
+        compute_s, compress_s = sum(compute) / P, sum(compress) / P
+        return {
+            "train/loss": sum(loss) / P, "train/acc": sum(correct) / sum(samples),
+            "density/target": density, "density/achieved": sum(counts) / (P * self.d),
+            "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent), "comm/messages": max(messages),
+            "time/compute_s": compute_s, "time/compress_s": compress_s,
+            "time/comm_s": wall[1], "time/update_s": wall[2], "time/step_s": sum(wall),
+            "time/comm_model_s": comm_model,
+            "time/iter_model_s": compute_s + compress_s + comm_model + wall[2],
+        }
+
+    # -- evaluation ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Loss and accuracy of rank 0's replica (its batch-norm statistics) on the validation split."""
+        module = self.replicas[self.world.local_ranks[0]].module
+        module.eval()
+        total_loss, total_correct, total = 0.0, 0.0, 0
+        for start in range(0, self.data.x_val.shape[0], self.cfg.eval_batch):
+            x = self.data.x_val[start:start + self.cfg.eval_batch]
+            y = self.data.y_val[start:start + self.cfg.eval_batch]
+            loss, correct = loss_and_correct(module(x), y)
+            total_loss += loss.item() * y.numel()
+            total_correct += float(correct)
+            total += y.numel()
+        out = {"val/loss": total_loss / total, "val/acc": total_correct / total}
+        if self.data.spec.kind == "tokens":
+            out["val/ppl"] = math.exp(min(out["val/loss"], 50.0))
+        return out
+
+    # -- the loop --------------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        cfg, spe = self.cfg, self.loader.steps_per_epoch
+        total_steps = cfg.epochs * spe if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * spe)
+        interval: dict[str, float] = defaultdict(float)
+        totals: dict[str, float] = defaultdict(float)
+        n_interval, val, start = 0, {}, time.perf_counter()
+        bar = tqdm(total=total_steps, initial=self.step_count, disable=not (cfg.progress and self.world.is_root),
+                   dynamic_ncols=True, desc=f"{self.scheme.name} P={self.P}")
+        while self.epoch < cfg.epochs and self.step_count < total_steps:
+            self.loader.set_epoch(self.epoch)
+            density = self.scheme.density(self.epoch)
+            for it in range(spe):
+                if self.step_count >= total_steps:
+                    break
+                lr = self.schedule(self.epoch + it / spe)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                metrics = self.step(it, density)
+                metrics["lr"] = lr
+                self.step_count += 1
+                n_interval += 1
+                for key, value in metrics.items():
+                    interval[key] += value
+                    totals[key] += value
+                if self.step_count % cfg.log_every == 0 or self.step_count == total_steps:
+                    record = {k: v / n_interval for k, v in interval.items()}
+                    self.writer.log({"step": self.step_count, "epoch": self.epoch + (it + 1) / spe, **record,
+                                     "residual/norm": self.replicas[self.world.local_ranks[0]].sync.memory.norm()})
+                    bar.set_postfix(loss=f"{record['train/loss']:.3f}", acc=f"{record['train/acc']:.3f}")
+                    interval.clear()
+                    n_interval = 0
+                bar.update(1)
+            finished_epoch = self.step_count % spe == 0
+            if finished_epoch:
+                self.epoch += 1
+            last = self.step_count >= total_steps or self.epoch >= cfg.epochs
+            if self.world.is_root and (last or (finished_epoch and self.epoch % cfg.eval_every == 0)):
+                val = self.evaluate()
+                self.writer.log({"step": self.step_count, "epoch": float(self.epoch), **val})
+                bar.write(f"epoch {self.epoch}: " + "  ".join(f"{k}={v:.4f}" for k, v in val.items()))
+            if finished_epoch and cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0:
+                self._checkpoint()
+        bar.close()
+        return self._summary(val, totals, time.perf_counter() - start)
+
+    def _summary(self, val: dict[str, float], totals: dict[str, float], wall_s: float) -> dict[str, float]:
+        n = max(self.step_count, 1)
+        means = {key: value / n for key, value in totals.items() if key.startswith(("time/", "comm/", "density/"))}
+        samples = self.P * self.cfg.batch_size
+        summary = {**self.labels, **val, "steps": self.step_count, "epochs": self.epoch, "wall_s": wall_s,
+                   "world_size": self.P, "batch_size_per_worker": self.cfg.batch_size, "params": self.d, **means,
+                   "throughput_measured": samples / means["time/step_s"] if means.get("time/step_s") else 0.0,
+                   "throughput_model": samples / means["time/iter_model_s"] if means.get("time/iter_model_s") else 0.0}
+        self.writer.summary(summary)
+        return summary
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _checkpoint(self) -> None:
+        ranks = {r: rep.state_dict() for r, rep in self.replicas.items()}
+        shared = {"params": [p.detach().clone() for p in self.params], "optimizer": self.optimizer.state_dict(),
+                  "epoch": self.epoch, "step": self.step_count, "P": self.P, "d": self.d}
+        save_checkpoint(self.run_dir, shared, ranks, is_root=self.world.is_root)
+
+    def _resume(self, path: Path) -> None:
+        shared, ranks = load_checkpoint(path, self.world.local_ranks, P=self.P, d=self.d)
+        with torch.no_grad():
+            for p, saved in zip(self.params, shared["params"]):
+                p.copy_(saved)
+        self.optimizer.load_state_dict(shared["optimizer"])
+        for r, state in ranks.items():
+            self.replicas[r].load_state_dict(state)
+        self.epoch, self.step_count = shared["epoch"], shared["step"]

@@ -1,0 +1,98 @@
+"""How the P ranks of a run are executed: all of them in this process (threads backend).
+
+A world offers the trainer three things, so the trainer's code does not depend on the backend:
+  * `local_ranks`: the ranks this process computes (all P here; one under MPI);
+  * `map(fn)`: fn(rank) for every local rank, results in rank order;
+  * `collective(c, payloads, net)`: run collective c over the local ranks' payloads.
+
+`ThreadWorld` follows shared/reference/threads.md: the compute phase runs on a pool of K OS
+threads (K = usable cores, capped at P), each running its share of the virtual ranks one after
+another with one intra-op thread (`torch.set_num_threads(1)`), so results do not depend on K; the
+collective phase runs in the calling thread, in rank order.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import torch
+
+from ssgd.comm.base import Collective, Payload, Reduced
+from ssgd.comm.ops import RankLog
+from ssgd.comm.thread import run_threads
+from ssgd.perf.alphabeta import AlphaBeta
+
+T = TypeVar("T")
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class ThreadWorld:
+    """P virtual ranks in this process, computed on K pool threads."""
+
+    def __init__(self, P: int, threads: int | None = None) -> None:
+        torch.set_num_threads(1)   # before any worker exists: the setting is per OS thread
+        self.size = P
+        self.local_ranks = list(range(P))
+        self.K = max(1, min(threads or usable_cores(), P))
+        self.pool = ThreadPoolExecutor(self.K, thread_name_prefix="rank", initializer=torch.set_num_threads,
+                                       initargs=(1,))
+
+    def map(self, fn: Callable[[int], T]) -> list[T]:
+        if self.K == 1:
+            return [fn(r) for r in self.local_ranks]
+
+        def share(k: int) -> list[T]:
+            return [fn(r) for r in range(k, self.size, self.K)]
+
+        parts = [f.result() for f in [self.pool.submit(share, k) for k in range(self.K)]]
+        out: list[T] = [None] * self.size  # type: ignore[list-item]
+        for k, part in enumerate(parts):
+            out[k::self.K] = part
+        return out
+
+    def collective(self, collective: Collective, payloads: Sequence[Payload],
+                   net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]:
+        return run_threads(collective, payloads, net)
+
+    def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """One module per local rank, sharing Parameters (see `share_parameters`)."""
+        return share_parameters(model, self.size)
+
+    def gather(self, items: list[T]) -> list[T]:
+        """Per-local-rank values -> values of all P ranks, in rank order (here: already all)."""
+        return items
+
+    @property
+    def is_root(self) -> bool:
+        """Whether this process writes run outputs (rank 0's process)."""
+        return True
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def share_parameters(model: torch.nn.Module, n: int) -> list[torch.nn.Module]:
+    """n modules that share `model`'s Parameters but each own their buffers (batch-norm stats).
+
+    Valid for synchronous SGD, where every worker applies the same update to identical weights.
+    Element 0 is `model` itself.
+    """
+    import copy
+
+    out = [model]
+    names = [name for name, _ in model.named_parameters()]
+    for _ in range(n - 1):
+        replica = copy.deepcopy(model)
+        for name in names:
+            owner, _, attr = name.rpartition(".")
+            setattr(replica.get_submodule(owner) if owner else replica, attr, model.get_parameter(name))
+        out.append(replica)
+    return out

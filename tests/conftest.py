@@ -1,0 +1,45 @@
+"""Shared fixtures: compose the real conf/ with Hydra's compose API and run small trainings in-process."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+os.environ.setdefault("WANDB_SILENT", "true")
+
+# Small, fast defaults for in-process runs; tests add their own overrides after these.
+FAST = ["wandb.mode=disabled", "trainer.progress=false", "trainer.log_every=1"]
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def make_cfg(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=[*FAST, *overrides])
+
+
+def train(tmp_path: Path, *overrides: str) -> tuple[dict, list[torch.Tensor]]:
+    """Build and run one training in this process; returns (summary, final parameters)."""
+    from ssgd import build
+
+    cfg = make_cfg(*overrides)
+    trainer, writer, world = build.trainer(cfg, tmp_path)
+    try:
+        summary = trainer.fit()
+    finally:
+        world.close()
+        writer.close()
+    return summary, [p.detach().clone() for p in trainer.params]
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return tmp_path

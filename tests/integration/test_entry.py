@@ -1,0 +1,71 @@
+"""`python src/train.py` as a user runs it: outputs, printed report, and one-line errors for bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def run(tmp_path: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
+    return subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), f"hydra.run.dir={tmp_path / 'run'}",
+                           "trainer.progress=false", *overrides],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+
+
+def test_run_writes_metrics_summary_config_and_offline_wandb(tmp_path):
+    proc = run(tmp_path, "trainer.epochs=1", "compressor=gtopk", "cluster=32x1gbe", "trainer.batch_size=16")
+    assert proc.returncode == 0, proc.stderr
+    assert "final val accuracy" in proc.stdout and "modelled time per iteration on 32x1gbe" in proc.stdout
+    out = tmp_path / "run"
+    assert (out / ".hydra" / "config.yaml").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("val/acc", "val/loss", "steps", "wall_s", "time/iter_model_s", "time/comm_model_s",
+                "throughput_model", "world_size"):
+        assert key in summary, key
+    assert summary["world_size"] == 32 and summary["compressor"] == "gtopk"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("val/acc" in row for row in rows) and any("train/loss" in row for row in rows)
+    assert list((out / "wandb").glob("offline-run-*")), "wandb offline run directory missing"
+
+
+BAD = {
+    "compressor.density=1.5": "compressor.density",
+    "compressor.density=0": "compressor.density",
+    "compressor=foo": "compressor=foo",
+    "cluster.world_size=0": "cluster.world_size",
+    "cluster.world_size=-3": "cluster.world_size",
+    "cluster.network.alpha=-1": "cluster.network.alpha",
+    "cluster.network.beta=-1e-9": "cluster.network.beta",
+    "model=lstm": "model=lstm",                          # token model on an image dataset
+    "dataset=synthetic_ptb": "model=fnn3",               # image model on token data
+    "dataset=mnist": "data/mnist",                       # missing local files: names the path
+    "trainer.batch_size=0": "trainer.batch_size",
+    "backend=xyz": "backend",
+    "wandb.mode=sometimes": "wandb.mode",
+}
+
+
+@pytest.mark.parametrize("override", sorted(BAD))
+def test_bad_input_is_one_line_and_nonzero(override, tmp_path):
+    proc = run(tmp_path, override, "wandb.mode=disabled" if "wandb" not in override else "trainer.max_steps=1",
+               timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert BAD[override] in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_input_keeps_earlier_outputs(tmp_path):
+    """A failing run pointed at an existing run directory does not erase what is there."""
+    assert run(tmp_path, "trainer.max_steps=3", "wandb.mode=disabled").returncode == 0
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert run(tmp_path, "trainer.batch_size=100000", "wandb.mode=disabled").returncode == 2
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+    assert (tmp_path / "run" / "summary.json").is_file()

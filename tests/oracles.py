@@ -1,0 +1,118 @@
+"""Single-process reference implementations ("oracles") of the package's collectives.
+
+Written from the specification only (not from `ssgd.comm`), with plain Python dicts and numpy
+float32 scalars, so that a bug shared by the package's tensor code and these oracles is unlikely.
+Every function takes the P ranks' payloads as plain data and returns plain data:
+
+  * dense vectors: numpy float32 arrays;
+  * sparse vectors: dicts {index: numpy.float32 value}.
+
+float32 rounding is reproduced exactly: every addition is one IEEE float32 addition of two
+float32 numbers, done in the order the specification prescribes.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+F32 = np.float32
+
+
+class AmbiguousTopK(ValueError):
+    """The k-th and (k+1)-th largest magnitudes tie: the specification does not fix the result.
+    Tests must draw inputs that avoid this (distinct magnitudes)."""
+
+
+# --- 1. dense allreduce -------------------------------------------------------------------------
+def dense_total(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """((g0 + g1) + g2) + ... element-wise, in float32, rank order."""
+    acc = np.array(vectors[0], dtype=F32, copy=True)
+    for g in vectors[1:]:
+        acc = (acc + np.asarray(g, dtype=F32)).astype(F32)
+    return acc
+
+
+def dense_average(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """The rank-order float32 sum divided by P (one float32 division per element)."""
+    return (dense_total(vectors) / F32(len(vectors))).astype(F32)
+
+
+# --- 2. sparse allgather ------------------------------------------------------------------------
+def allgather_total(entries: Sequence[dict[int, float]], d: int) -> np.ndarray:
+    """G = zeros(d); for each rank in order, G[i] += v for each of its entries."""
+    G = [F32(0.0)] * d
+    for rank_entries in entries:
+        for i, v in rank_entries.items():
+            G[i] = F32(G[i] + F32(v))
+    return np.array(G, dtype=F32)
+
+
+def allgather_average(entries: Sequence[dict[int, float]], d: int) -> np.ndarray:
+    return (allgather_total(entries, d) / F32(len(entries))).astype(F32)
+
+
+# --- 3. gTopKAllReduce --------------------------------------------------------------------------
+def topk_of_dict(vec: dict[int, np.float32], k: int) -> dict[int, np.float32]:
+    """The k entries of largest |value|; all of them if there are at most k.
+
+    Raises AmbiguousTopK when the cut falls between two equal magnitudes."""
+    if len(vec) <= k:
+        return dict(vec)
+    ranked = sorted(vec.items(), key=lambda item: abs(float(item[1])), reverse=True)
+    if abs(float(ranked[k - 1][1])) == abs(float(ranked[k][1])):
+        raise AmbiguousTopK(f"tie at the top-{k} boundary: {ranked[k - 1]} vs {ranked[k]}")
+    return dict(ranked[:k])
+
+
+def merge(a: dict[int, np.float32], b: dict[int, np.float32], k: int) -> dict[int, np.float32]:
+    """Sum two sparse vectors (common indices: a + b in float32), then keep the top k."""
+    out = dict(a)
+    for i, v in b.items():
+        out[i] = F32(out[i] + v) if i in out else F32(v)
+    return topk_of_dict(out, k)
+
+
+def gtopk_pairs(P: int) -> list[list[tuple[int, int]]]:
+    """The reduce schedule: for each round, the (receiver, sender) pairs, receivers ascending."""
+    rounds, active, mask = [], set(range(P)), 1
+    while mask < P:
+        pairs = []
+        for r in sorted(active):
+            if r & mask:
+                continue                      # a sender this round; handled by its receiver
+            if r + mask < P:
+                assert r + mask in active, (P, mask, r)
+                pairs.append((r, r + mask))
+        active -= {s for _, s in pairs}
+        rounds.append(pairs)
+        mask *= 2
+    return rounds
+
+
+def gtopk(entries: Sequence[dict[int, float]], k: int) -> dict[int, np.float32]:
+    """Simulate the bit-mask binomial reduce to rank 0 with merge-and-truncate at every step;
+    returns rank 0's final vector {I_g: V_g} (which the broadcast hands to every rank)."""
+    current = [{int(i): F32(v) for i, v in e.items()} for e in entries]
+    for pairs in gtopk_pairs(len(entries)):
+        for receiver, sender in pairs:
+            current[receiver] = merge(current[receiver], current[sender], k)
+            current[sender] = None            # takes no further part
+    return current[0]
+
+
+def exact_topk_of_sum(entries: Sequence[dict[int, float]], k: int) -> dict[int, np.float32]:
+    """What gTop-k is NOT in general: the top-k of the exact (rank-order) sum."""
+    total: dict[int, np.float32] = {}
+    for e in entries:
+        for i, v in e.items():
+            total[int(i)] = F32(total[int(i)] + F32(v)) if int(i) in total else F32(v)
+    return topk_of_dict(total, k)
+
+
+# --- 4. residual rule ---------------------------------------------------------------------------
+def accounted(entries: dict[int, float], support: set[int] | None) -> dict[int, float]:
+    """The entries whose index is in `support` (all of them when support is None)."""
+    if support is None:
+        return dict(entries)
+    return {i: v for i, v in entries.items() if i in support}

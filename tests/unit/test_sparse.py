@@ -1,0 +1,61 @@
+"""The sparse value type: wire format, summation order, merge, selection."""
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ssgd.compress.sparse import Sparse, k_of, merge_topk, pack_sparse, select_topk, sum_sparse, unpack_sparse
+
+
+def sparse(idx, val, d=10):
+    return Sparse(torch.tensor(idx, dtype=torch.int64), torch.tensor(val, dtype=torch.float32), d)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=0, max_size=30))
+def test_pack_unpack_is_bit_exact(values):
+    d = 2**31 - 1
+    idx = torch.arange(len(values), dtype=torch.int64) * 65537 % d
+    s = Sparse(idx, torch.tensor(values, dtype=torch.float32), d)
+    buf = pack_sparse(s)
+    assert buf.dtype == torch.int32 and buf.numel() == 2 * len(values)   # 8 bytes per entry
+    back = unpack_sparse(buf, d)
+    assert torch.equal(back.idx, s.idx)
+    assert torch.equal(back.val.view(torch.int32), s.val.view(torch.int32))  # NaN payloads too
+
+
+def test_sum_sparse_adds_common_indices_in_list_order():
+    a, b, c = sparse([3, 1], [1e8, 2.0]), sparse([1, 3], [5.0, 1.0]), sparse([3], [-1e8])
+    s = sum_sparse([a, b, c])
+    assert s.idx.tolist() == [1, 3]
+    # (1e8 + 1) rounds to 1e8 in float32, then - 1e8 = 0: left-to-right order, not (1e8 - 1e8) + 1
+    dense_order = ((torch.tensor(1e8) + torch.tensor(1.0)) + torch.tensor(-1e8)).item()
+    assert s.val.tolist() == [7.0, dense_order]
+
+
+def test_merge_topk_sums_before_selecting():
+    a = sparse([0, 1], [3.0, -2.0])
+    b = sparse([1, 2], [-2.0, 3.5])
+    m = merge_topk(a, b, 2)
+    # index 1 sums to -4 and wins over 0 (3.0); selecting before summing would keep 2 and 0
+    assert m.idx.tolist() == [1, 2] and m.val.tolist() == [-4.0, 3.5]
+
+
+def test_merge_topk_returns_exactly_k_when_union_is_larger():
+    a, b = sparse([0, 1, 2], [1.0, 2.0, 3.0]), sparse([3, 4, 5], [4.0, 5.0, 6.0])
+    assert merge_topk(a, b, 3).idx.tolist() == [3, 4, 5]
+
+
+def test_select_topk_is_exact_by_magnitude():
+    u = torch.tensor([0.1, -5.0, 2.0, 4.0, -0.2])
+    s = select_topk(u, 2)
+    assert sorted(s.idx.tolist()) == [1, 3] and sorted(s.val.tolist()) == [-5.0, 4.0]
+
+
+def test_k_of_matches_released_code():
+    assert k_of(199210, 0.001) == 199 and k_of(10, 0.001) == 1 and k_of(1000, 1.0) == 1000
+
+
+def test_to_dense_divides_elementwise():
+    s = sparse([2, 5], [3.0, 1.0], d=6)
+    third = (torch.tensor(1.0) / 3).item()   # float32 division
+    assert s.to_dense(scale=3).tolist() == [0, 0, 1.0, 0, 0, third]
