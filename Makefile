@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast clean
+.PHONY: help setup run test test-fast bench-threads clean
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -21,14 +21,17 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch, torchvision, hydra, mpi4py, wandb; print('setup ok: torch', torch.__version__)"
 	touch $(STAMP)
 
-run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~1 min)
+run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~40 s)
 	$(PY) src/train.py $(ARGS)
 
-test: $(STAMP)  ## the whole test suite (~? min on 2 cores)
+test: $(STAMP)  ## the whole test suite (~2 min on 2 cores)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
 	$(PY) -m pytest -q -m "not slow"
+
+bench-threads: $(STAMP)  ## threads backend vs a plain loop, same work (~3 min; not a test)
+	$(PY) bench/threads_overhead.py $(ARGS)
 
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf outputs multirun wandb .pytest_cache

@@ -138,8 +138,9 @@ class Trainer:
         interval: dict[str, float] = defaultdict(float)
         totals: dict[str, float] = defaultdict(float)
         n_interval, val, start = 0, {}, time.perf_counter()
-        bar = tqdm(total=total_steps, initial=self.step_count, disable=not (cfg.progress and self.world.is_root),
-                   dynamic_ncols=True, desc=f"{self.scheme.name} P={self.P}")
+        show = cfg.progress and self.world.is_root
+        bar = tqdm(total=total_steps, initial=self.step_count, disable=None if show else True,  # None: TTY only
+                   dynamic_ncols=True, mininterval=0.5, desc=f"{self.scheme.name} P={self.P}")
         while self.epoch < cfg.epochs and self.step_count < total_steps:
             self.loader.set_epoch(self.epoch)
             density = self.scheme.density(self.epoch)
