@@ -23,7 +23,7 @@ from ssgd.sync import DensitySchedule, Scheme
 from ssgd.trainer import Trainer, TrainConfig
 from ssgd.utils.metrics import MetricWriter
 from ssgd.utils.seeding import rank_generator
-from ssgd.world import ThreadWorld
+from ssgd.world import ThreadWorld, World
 
 BACKENDS = ("thread", "mpi")
 
@@ -114,7 +114,7 @@ def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
     return m
 
 
-def trainer(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, MetricWriter, ThreadWorld]:
+def trainer(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, MetricWriter, World]:
     """Validate `cfg` and build everything a run needs (thread backend)."""
     if cfg.backend not in BACKENDS:
         raise ConfigError(f"backend={cfg.backend!r}: must be one of {', '.join(BACKENDS)}")

@@ -29,6 +29,7 @@ from ssgd.schedule import LRSchedule
 from ssgd.sync import RankSync, Scheme, counts_of
 from ssgd.utils.metrics import MetricWriter
 from ssgd.utils.seeding import rank_generator
+from ssgd.world import World
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class TrainConfig:
 class Trainer:
     """Runs S-SGD for one scheme on one world; `fit()` returns the summary (also written)."""
 
-    def __init__(self, cfg: TrainConfig, world, model: nn.Module, data: TensorData, scheme: Scheme,
+    def __init__(self, cfg: TrainConfig, world: World, model: nn.Module, data: TensorData, scheme: Scheme,
                  make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer], schedule: LRSchedule,
                  net: AlphaBeta, writer: MetricWriter, seed: int, run_dir: Path, labels: dict | None = None) -> None:
         self.cfg, self.world, self.data, self.scheme = cfg, world, data, scheme

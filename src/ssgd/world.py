@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -25,6 +25,27 @@ from ssgd.comm.thread import run_threads
 from ssgd.perf.alphabeta import AlphaBeta
 
 T = TypeVar("T")
+
+
+class World(Protocol):
+    """What the trainer needs from a backend (see the module docstring)."""
+
+    size: int
+    local_ranks: list[int]
+
+    def map(self, fn: Callable[[int], T]) -> list[T]: ...
+
+    def collective(self, collective: Collective, payloads: Sequence[Payload],
+                   net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]: ...
+
+    def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]: ...
+
+    def gather(self, items: list[T]) -> list[T]: ...
+
+    @property
+    def is_root(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 def usable_cores() -> int:

@@ -63,6 +63,3 @@ class Collective(ABC):
     @abstractmethod
     def model_seconds(self, net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
         """Modelled time of one call on network `net`; counts[r] = entries rank r contributed."""
-
-    def check(self, payload: Payload, k: int) -> None:  # noqa: B027 - optional hook
-        """Raise ValueError if `payload` cannot be aggregated by this collective."""

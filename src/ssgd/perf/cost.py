@@ -116,18 +116,6 @@ def sparse_allgather_seconds(net: AlphaBeta, counts: Sequence[int]) -> float:
     return allgatherv_seconds(net, [SPARSE_ENTRY_BYTES * c for c in counts])
 
 
-def gtopk_tree_children(rank: int, P: int) -> list[int]:
-    """Ranks whose partial top-k `rank` receives in the bit-mask reduce, in round order."""
-    out, mask = [], 1
-    while mask < P:
-        if rank & mask:
-            break
-        if rank | mask < P:
-            out.append(rank | mask)
-        mask <<= 1
-    return out
-
-
 def gtopk_sent(rank: int, P: int, k: int) -> tuple[int, int]:
     """gTopKAllReduce: one 2k-int32 message up the tree (ranks > 0), then the broadcast."""
     nbytes = SPARSE_ENTRY_BYTES * k
