@@ -24,19 +24,6 @@ from omegaconf import DictConfig  # noqa: E402
 from ssgd.errors import ConfigError  # noqa: E402
 
 
-def report(summary: dict) -> str:
-    """The lines printed at the end of a run."""
-    keys = [("val/acc", "final val accuracy", "{:.4f}"), ("val/loss", "final val loss", "{:.4f}"),
-            ("time/step_s", "measured time per step here (all P workers)", "{:.4f} s"),
-            ("time/comm_model_s", f"modelled communication per iteration on {summary['cluster']}", "{:.6f} s"),
-            ("time/iter_model_s", f"modelled time per iteration on {summary['cluster']}", "{:.4f} s"),
-            ("throughput_model", f"modelled throughput on {summary['cluster']}", "{:.1f} samples/s")]
-    lines = [f"{summary['compressor']} S-SGD, P={summary['world_size']}, {summary['steps']} steps, "
-             f"{summary['wall_s']:.1f} s wall"]
-    lines += [f"  {label}: {fmt.format(summary[key])}" for key, label, fmt in keys if key in summary]
-    return "\n".join(lines)
-
-
 GROUPS = ("model", "dataset", "compressor", "cluster")
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -60,9 +47,20 @@ def check_group_choices(argv: list[str]) -> str | None:
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     from ssgd import build  # after Hydra has parsed the command line: `--help` stays fast
+    from ssgd.report import report
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        if cfg.backend == "mpi":
+            from ssgd.launch import launch
+
+            build.validate(cfg)
+            status = launch(cfg, run_dir)
+            if status != 0:
+                print(f"error: backend=mpi: the MPI job failed with exit status {status} (see the rank messages above)",
+                      file=sys.stderr)
+                sys.exit(status)
+            return 0.0
         trainer, writer, world = build.trainer(cfg, run_dir)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -21,7 +21,7 @@ from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.schedule import LRSchedule
 from ssgd.sync import DensitySchedule, Scheme
 from ssgd.trainer import Trainer, TrainConfig
-from ssgd.utils.metrics import MetricWriter
+from ssgd.utils.metrics import WANDB_MODES, MetricWriter
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import ThreadWorld, World
 
@@ -114,23 +114,36 @@ def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
     return m
 
 
-def trainer(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, MetricWriter, World]:
-    """Validate `cfg` and build everything a run needs (thread backend)."""
+def validate(cfg: DictConfig) -> None:
+    """The checks that need no data or model: run by the MPI launcher before it starts ranks."""
     if cfg.backend not in BACKENDS:
         raise ConfigError(f"backend={cfg.backend!r}: must be one of {', '.join(BACKENDS)}")
-    if cfg.backend == "mpi":
-        raise ConfigError("backend=mpi: not available yet in this version; use backend=thread")
-    seed = _positive_int(cfg.seed, "seed", minimum=0)
-    P, net, tc = world_size(cfg), network(cfg), train_config(cfg)
+    _positive_int(cfg.seed, "seed", minimum=0)
+    world_size(cfg), network(cfg), train_config(cfg), lr_schedule(cfg, world_size(cfg)), optimizer_factory(cfg)
+    scheme(cfg, cfg.seed)
+    if cfg.threads is not None:
+        _positive_int(cfg.threads, "threads")
+    if cfg.wandb.mode not in WANDB_MODES:
+        raise ConfigError(f"wandb.mode={cfg.wandb.mode!r}: must be one of {', '.join(WANDB_MODES)}")
+
+
+def trainer(cfg: DictConfig, run_dir: Path, world: World | None = None) -> tuple[Trainer, MetricWriter, World]:
+    """Validate `cfg` and build everything a run needs; `world` defaults to a `ThreadWorld`
+    (the MPI worker passes its `MPIWorld`)."""
+    validate(cfg)
+    seed, P, net, tc = cfg.seed, world_size(cfg), network(cfg), train_config(cfg)
     sch, schedule, make_opt = scheme(cfg, seed), lr_schedule(cfg, P), optimizer_factory(cfg)
     data = dataset(cfg)
     mdl = model(cfg, data, seed)
-    threads = None if cfg.threads is None else _positive_int(cfg.threads, "threads")
     labels = {"compressor": cfg.compressor.name, "cluster": cfg.cluster.name, "model": cfg.model._target_,
               "dataset": data.spec.name, "backend": cfg.backend, "seed": seed}
-    writer = MetricWriter(run_dir, cfg.wandb.mode, cfg.wandb.project,
-                          OmegaConf.to_container(cfg, resolve=True), cfg.wandb.name)
-    world = ThreadWorld(P, threads)
+    world = world or ThreadWorld(P, cfg.threads)
+    try:
+        writer = MetricWriter(run_dir, cfg.wandb.mode, cfg.wandb.project,
+                              OmegaConf.to_container(cfg, resolve=True), cfg.wandb.name, enabled=world.is_root)
+    except BaseException:
+        world.close()
+        raise
     try:
         tr = Trainer(tc, world, mdl, data, sch, make_opt, schedule, net, writer, seed, run_dir, labels)
     except BaseException:

@@ -192,7 +192,7 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------------
     def _checkpoint(self) -> None:
-        ranks = {r: rep.state_dict() for r, rep in self.replicas.items()}
+        ranks = self.world.gather_root({r: rep.state_dict() for r, rep in self.replicas.items()})
         shared = {"params": [p.detach().clone() for p in self.params], "optimizer": self.optimizer.state_dict(),
                   "epoch": self.epoch, "step": self.step_count, "P": self.P, "d": self.d}
         save_checkpoint(self.run_dir, shared, ranks, is_root=self.world.is_root)

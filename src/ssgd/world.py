@@ -42,6 +42,8 @@ class World(Protocol):
 
     def gather(self, items: list[T]) -> list[T]: ...
 
+    def gather_root(self, items: dict[int, T]) -> dict[int, T]: ...
+
     @property
     def is_root(self) -> bool: ...
 
@@ -89,6 +91,10 @@ class ThreadWorld:
 
     def gather(self, items: list[T]) -> list[T]:
         """Per-local-rank values -> values of all P ranks, in rank order (here: already all)."""
+        return items
+
+    def gather_root(self, items: dict[int, T]) -> dict[int, T]:
+        """{rank: item} of every rank, in the process that writes outputs."""
         return items
 
     @property

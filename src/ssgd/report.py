@@ -1,0 +1,15 @@
+"""The lines printed at the end of a run (launcher process or MPI rank 0)."""
+from __future__ import annotations
+
+
+def report(summary: dict) -> str:
+    """The lines printed at the end of a run."""
+    keys = [("val/acc", "final val accuracy", "{:.4f}"), ("val/loss", "final val loss", "{:.4f}"),
+            ("time/step_s", "measured time per step on this machine", "{:.4f} s"),
+            ("time/comm_model_s", f"modelled communication per iteration on {summary['cluster']}", "{:.6f} s"),
+            ("time/iter_model_s", f"modelled time per iteration on {summary['cluster']}", "{:.4f} s"),
+            ("throughput_model", f"modelled throughput on {summary['cluster']}", "{:.1f} samples/s")]
+    lines = [f"{summary['compressor']} S-SGD, P={summary['world_size']}, {summary['steps']} steps, "
+             f"{summary['wall_s']:.1f} s wall"]
+    lines += [f"  {label}: {fmt.format(summary[key])}" for key, label, fmt in keys if key in summary]
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""One MPI rank of `backend=mpi`: `python -m mpi4py -m ssgd.worker <run dir>/worker_config.yaml`.
+
+Reads the config the launcher composed and resolved (never composes its own), checks that the MPI
+job has `cluster.world_size` ranks, trains, and on rank 0 writes the run outputs next to the config
+file and prints the report. Other ranks' output lines are prefixed with `[rank r]`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from omegaconf import OmegaConf
+
+
+class Prefixed:
+    """A text stream that starts every line with a prefix (for non-root ranks' stdout/stderr)."""
+
+    def __init__(self, stream: TextIO, prefix: str) -> None:
+        self.stream, self.prefix, self.at_line_start = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        out = []
+        for piece in text.splitlines(keepends=True):
+            out.append((self.prefix if self.at_line_start else "") + piece)
+            self.at_line_start = piece.endswith("\n")
+        self.stream.write("".join(out))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def inject_fault(trainer, rank: int, debug) -> None:
+    """`debug.fail_rank` fails at step `debug.fail_step` by raising or by SIGKILL (tests only)."""
+    import os
+    import signal
+
+    if debug is None or debug.get("fail_rank") is None or debug.fail_rank != rank:
+        return
+    step = trainer.step
+
+    def failing_step(it: int, density: float) -> dict:
+        if trainer.step_count + 1 == debug.fail_step:
+            if debug.fail_mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"injected failure at step {debug.fail_step} (debug.fail_rank={rank})")
+        return step(it, density)
+
+    trainer.step = failing_step
+
+
+def main(argv: list[str]) -> int:
+    from ssgd import build
+    from ssgd.errors import ConfigError
+    from ssgd.mpi_world import MPIWorld
+
+    if len(argv) != 1:
+        print("usage: mpiexec -n P python -m mpi4py -m ssgd.worker RUN_DIR/worker_config.yaml", file=sys.stderr)
+        return 2
+    world = MPIWorld()
+    if world.rank != 0:
+        sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
+    path = Path(argv[0])
+    try:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such worker config (written by `python src/train.py backend=mpi`)")
+        cfg = OmegaConf.load(path)
+        if cfg.cluster.world_size != world.size:
+            raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this MPI job has {world.size} ranks; "
+                              f"start it with mpiexec -n {cfg.cluster.world_size} or set cluster.world_size={world.size}")
+        trainer, writer, _ = build.trainer(cfg, path.parent, world)
+    except ConfigError as err:
+        if world.is_root:                     # every rank sees the same config error: say it once
+            print(f"error: {err}", file=sys.stderr)
+        return 2
+    inject_fault(trainer, world.rank, cfg.get("debug"))
+    try:
+        summary = trainer.fit()
+    except Exception as err:
+        print(f"error: rank {world.rank} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        raise                                 # `python -m mpi4py` then aborts the whole job
+    finally:
+        writer.close()
+    if world.is_root:
+        from ssgd.report import report
+
+        print(report(summary))
+        print(f"  outputs: {path.parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
