@@ -7,10 +7,10 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast bench-threads clean
+.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta clean
 
 help:  ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 setup: $(STAMP)  ## create .venv and install the package with pinned dependencies (~2 min)
 
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~40 s)
 	$(PY) src/train.py $(ARGS)
 
-test: $(STAMP)  ## the whole test suite (~2 min on 2 cores)
+test: $(STAMP)  ## the whole test suite, MPI included (~5 min on 2 cores)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
@@ -32,6 +32,14 @@ test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
 
 bench-threads: $(STAMP)  ## threads backend vs a plain loop, same work (~3 min; not a test)
 	$(PY) bench/threads_overhead.py $(ARGS)
+
+bench-comm: $(STAMP)  ## collectives on 2/4/8 MPI ranks, d = 1M and 25M: time, bytes, model (not a test)
+	$(PY) bench/comm.py $(ARGS)
+
+NAME  ?= measured
+WORLD ?= 4
+alphabeta: $(STAMP)  ## fit alpha/beta by MPI ping-pong -> conf/cluster/$(NAME).yaml (HOSTFILE=, WORLD=, FORCE=1)
+	$(PY) -m ssgd.perf.calibrate --name $(NAME) --world-size $(WORLD) $(if $(HOSTFILE),--hostfile $(HOSTFILE)) $(if $(FORCE),--force)
 
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf outputs multirun wandb .pytest_cache

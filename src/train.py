@@ -52,9 +52,14 @@ def main(cfg: DictConfig) -> float:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         if cfg.backend == "mpi":
-            from ssgd.launch import launch
+            from ssgd.launch import launch, prepare, worker_command
 
             build.validate(cfg)
+            if not cfg.mpi.launch:        # the user runs the workers under their own mpirun / srun
+                command = " ".join(worker_command(prepare(cfg, run_dir)))
+                print(f"wrote {run_dir / 'worker_config.yaml'}; run the {cfg.cluster.world_size} workers with\n"
+                      f"  mpirun -np {cfg.cluster.world_size} [your mpirun options] {command}")
+                return 0.0
             status = launch(cfg, run_dir)
             if status != 0:
                 print(f"error: backend=mpi: the MPI job failed with exit status {status} (see the rank messages above)",

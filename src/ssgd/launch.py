@@ -59,10 +59,16 @@ def mpiexec_command(cfg: DictConfig, config_path: Path) -> list[str]:
     return argv + worker_command(config_path)
 
 
-def launch(cfg: DictConfig, run_dir: Path) -> int:
-    """Save the resolved config, run the MPI job in the foreground, return its exit status."""
+def prepare(cfg: DictConfig, run_dir: Path) -> Path:
+    """Save the resolved config the workers read; returns its path."""
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / WORKER_CONFIG
     OmegaConf.save(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)), config_path)
+    return config_path
+
+
+def launch(cfg: DictConfig, run_dir: Path) -> int:
+    """Save the resolved config, run the MPI job in the foreground, return its exit status."""
+    config_path = prepare(cfg, run_dir)
     argv = mpiexec_command(cfg, config_path)
     return subprocess.run(argv, env=worker_env(local=not cfg.cluster.get("hostfile"))).returncode

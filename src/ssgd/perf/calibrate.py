@@ -1,0 +1,73 @@
+"""`make alphabeta`: measure alpha and beta of your network and write a cluster config.
+
+    python -m ssgd.perf.calibrate --name mylab --world-size 16 [--hostfile hosts.txt] [--force]
+
+Runs `ssgd.perf.pingpong` on 2 MPI ranks (on 2 hosts of the hostfile, or on this machine), fits
+t = alpha + n beta by relative least squares (`fit_alpha_beta`), prints the points and the fit,
+and writes conf/cluster/<name>.yaml, usable as `python src/train.py cluster=<name>`. An existing
+file is kept unless --force. This process stays MPI-free (it launches mpiexec).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ssgd.launch import mpiexec_path, worker_env
+from ssgd.perf.alphabeta import AlphaBeta, fit_alpha_beta
+
+CONF = Path(__file__).resolve().parents[3] / "conf" / "cluster"
+
+
+def cluster_yaml(name: str, world_size: int, net: AlphaBeta, meta: dict, hostfile: str | None) -> str:
+    today = datetime.date.today().isoformat()
+    hosts = ", ".join(sorted(set(meta["hosts"])))
+    return (f"# {name}: alpha/beta fitted by `make alphabeta` on {today}: mpi4py ping-pong between 2 ranks on\n"
+            f"# {hosts} ({meta['mpi']}), {len(meta['nbytes'])} sizes from {meta['nbytes'][0]} B to "
+            f"{meta['nbytes'][-1]} B, relative least squares (ssgd.perf.alphabeta.fit_alpha_beta).\n"
+            f"name: {name}\nworld_size: {world_size}\nnetwork:\n"
+            f"  alpha: {net.alpha:.4g}          # seconds per message\n"
+            f"  beta: {net.beta:.4g}          # seconds per byte ({1 / net.beta / 1e9 if net.beta else float('inf'):.2f} GB/s)\n"
+            f"hostfile: {hostfile or 'null'}\nmpiexec_args: []\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Fit alpha/beta by an MPI ping-pong and write conf/cluster/NAME.yaml")
+    ap.add_argument("--name", default="measured", help="cluster config name (default: measured)")
+    ap.add_argument("--world-size", type=int, default=4, help="workers of the cluster the file describes")
+    ap.add_argument("--hostfile", default=None, help="mpiexec hostfile; the ping-pong uses its first 2 slots")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing conf/cluster/NAME.yaml")
+    ap.add_argument("--out", default=None, help="write here instead of conf/cluster/NAME.yaml")
+    args = ap.parse_args(argv)
+    out = Path(args.out) if args.out else CONF / f"{args.name}.yaml"
+    if args.world_size < 1:
+        print(f"error: --world-size={args.world_size}: must be >= 1", file=sys.stderr)
+        return 2
+    if out.exists() and not args.force:
+        print(f"error: {out} exists; pass --force (FORCE=1 with make) to overwrite it", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "pingpong.json"
+        argv_mpi = [mpiexec_path(), "-n", "2"] + (["--hostfile", args.hostfile] if args.hostfile else [])
+        argv_mpi += [sys.executable, "-m", "mpi4py", "-m", "ssgd.perf.pingpong", str(result)]
+        status = subprocess.run(argv_mpi, env=worker_env(local=args.hostfile is None), timeout=600).returncode
+        if status != 0 or not result.exists():
+            print(f"error: the ping-pong job failed (exit status {status})", file=sys.stderr)
+            return 1
+        meta = json.loads(result.read_text())
+    net = fit_alpha_beta(meta["nbytes"], meta["seconds"])
+    print(f"{'bytes':>12} {'measured us':>12} {'fit us':>10}")
+    for n, t in zip(meta["nbytes"], meta["seconds"]):
+        print(f"{n:>12} {t * 1e6:>12.2f} {net.message(n) * 1e6:>10.2f}")
+    print(f"alpha = {net.alpha:.4g} s, beta = {net.beta:.4g} s/byte")
+    out.write_text(cluster_yaml(args.name, args.world_size, net, meta, args.hostfile))
+    print(f"wrote {out}: use it with `python src/train.py cluster={args.name}`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Ping-pong between ranks 0 and 1: `mpiexec -n 2 python -m mpi4py -m ssgd.perf.pingpong OUT.json`.
+
+For each message size (8 B to 64 MiB, powers of 4) rank 0 sends a buffer to rank 1 and back,
+`reps` times after a warm-up; the one-way time is half the median round trip. Rank 0 writes
+{"nbytes": [...], "seconds": [...], "mpi": library version, "hosts": [...]} to OUT.json.
+Run it through `make alphabeta` (ssgd.perf.calibrate), which fits alpha and beta.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import sys
+import time
+
+import torch
+from mpi4py import MPI
+
+SIZES = [8 * 4**i for i in range(13)]        # 8 B .. 128 MiB / 2
+
+
+def one_way_seconds(comm: MPI.Comm, nbytes: int) -> float:
+    buf = torch.zeros(nbytes, dtype=torch.uint8)
+    reps = 200 if nbytes < 2**16 else 50 if nbytes < 2**22 else 8
+    times = []
+    for i in range(reps + 1):
+        comm.Barrier()
+        start = time.perf_counter()
+        if comm.rank == 0:
+            comm.Send(buf, dest=1, tag=7)
+            comm.Recv(buf, source=1, tag=7)
+        else:
+            comm.Recv(buf, source=0, tag=7)
+            comm.Send(buf, dest=0, tag=7)
+        if i:                                  # the first round trip is a warm-up
+            times.append((time.perf_counter() - start) / 2)
+    return statistics.median(times)
+
+
+def library_version() -> str:
+    """e.g. "Open MPI v5.0.11" (printable characters of the first field only)."""
+    text = "".join(ch for ch in MPI.Get_library_version() if ch.isprintable())
+    return text.split(",")[0].strip()
+
+
+def main(argv: list[str]) -> int:
+    comm = MPI.COMM_WORLD
+    if comm.size != 2 or len(argv) != 1:
+        if comm.rank == 0:
+            print("usage: mpiexec -n 2 python -m mpi4py -m ssgd.perf.pingpong OUT.json", file=sys.stderr)
+        return 2
+    seconds = [one_way_seconds(comm, n) for n in SIZES]
+    hosts = comm.gather(socket.gethostname(), root=0)
+    if comm.rank == 0:
+        with open(argv[0], "w") as f:
+            json.dump({"nbytes": SIZES, "seconds": seconds, "hosts": hosts,
+                       "mpi": library_version()}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
