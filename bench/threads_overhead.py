@@ -18,6 +18,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def time_steps(step, steps: int) -> float:
 def measure(compressor: str, model: str, dataset: str, P: int, reps: int, steps: int) -> dict:
     cores = torch.get_num_threads()
     cfg = config(compressor, model, dataset, P, None)
-    trainer, writer, world = build.trainer(cfg, Path("/tmp") / f"ssgd-bench-{os.getpid()}")
+    trainer, writer, world = build.trainer(cfg, Path(tempfile.mkdtemp(prefix="ssgd-bench-")))
     plain = PlainLoop(cfg, sparse=compressor != "dense")
     steps = min(steps, trainer.loader.steps_per_epoch)
     trainer.loader.set_epoch(0)

@@ -63,7 +63,8 @@ def scheme(cfg: DictConfig, seed: int) -> Scheme:
     def make_compressor(rank: int) -> Compressor:
         return make_compress(generator=rank_generator(seed, rank, "compressor"))
 
-    return Scheme(name=c.name, make_compressor=make_compressor, make_memory=lambda d: make_memory(d=d),
+    return Scheme(name=c.name, make_compressor=make_compressor,
+                  make_memory=lambda d, device="cpu": make_memory(d=d, device=device),
                   collective=_instantiate(c.collective, "compressor.collective"), density=density)
 
 
@@ -105,13 +106,27 @@ def dataset(cfg: DictConfig) -> TensorData:
     return _instantiate(cfg.dataset, "dataset")
 
 
+def device(cfg: DictConfig) -> torch.device:
+    """`device`: cpu (default; the bitwise guarantees are measured there), cuda or cuda:N."""
+    try:
+        dev = torch.device(cfg.device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device={cfg.device!r}: must be cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={cfg.device!r}: must be cpu, cuda or cuda:N")
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ConfigError(f"device={cfg.device!r}: no such CUDA device here (torch.cuda.is_available() is "
+                          f"{torch.cuda.is_available()}); use device=cpu")
+    return dev
+
+
 def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)            # identical initial weights on every rank and backend
     m = _instantiate(cfg.model, "model", spec=data.spec)
     if has_global_dropout(m):
         raise ConfigError("model: uses torch.nn.Dropout (process-global RNG, nondeterministic with virtual "
                           "workers); use ssgd.models.GenDropout")
-    return m
+    return m.to(device(cfg))
 
 
 def validate(cfg: DictConfig) -> None:
@@ -123,6 +138,7 @@ def validate(cfg: DictConfig) -> None:
     scheme(cfg, cfg.seed)
     if cfg.threads is not None:
         _positive_int(cfg.threads, "threads")
+    device(cfg)
     if cfg.wandb.mode not in WANDB_MODES:
         raise ConfigError(f"wandb.mode={cfg.wandb.mode!r}: must be one of {', '.join(WANDB_MODES)}")
 

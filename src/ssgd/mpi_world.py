@@ -26,13 +26,14 @@ class MPIWorld:
         self.comm = comm or MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.local_ranks = [self.rank]
+        self.buffers: dict = {}    # dense results are reused: valid until the next collective call
 
     def map(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(self.rank)]
 
     def collective(self, collective: Collective, payloads: Sequence[Payload],
                    net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]:
-        reduced, log = run_mpi(collective, payloads[0], self.comm)
+        reduced, log = run_mpi(collective, payloads[0], self.comm, self.buffers)
         return [reduced], [log]
 
     def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]:

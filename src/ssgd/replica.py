@@ -42,11 +42,12 @@ class Replica:
                  dropout_gen: torch.Generator) -> None:
         self.module, self.params, self.sync, self.dropout_gen = module, params, sync, dropout_gen
         use_generator(module, dropout_gen)
-        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=params[0].device)
         self.views = [v.view_as(p) for v, p in zip(self.flat.split([p.numel() for p in params]), params)]
 
     def step(self, x: Tensor, y: Tensor, density: float) -> LocalStep:
         t0 = time.perf_counter()
+        x, y = x.to(self.flat.device, non_blocking=True), y.to(self.flat.device, non_blocking=True)
         self.module.train()
         loss, correct = loss_and_correct(self.module(x), y)
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
@@ -55,10 +56,13 @@ class Replica:
                 view.zero_()
             else:
                 view.copy_(g)
+        loss_value, hits = loss.item(), float(correct)   # on CUDA this waits for the backward pass
         t1 = time.perf_counter()
         payload = self.sync.compress(self.flat, density)
+        if self.flat.is_cuda:
+            torch.cuda.synchronize(self.flat.device)     # so that compress_s covers the selection
         t2 = time.perf_counter()
-        return LocalStep(payload, loss.item(), float(correct), float(y.numel()), t1 - t0, t2 - t1)
+        return LocalStep(payload, loss_value, hits, float(y.numel()), t1 - t0, t2 - t1)
 
     def state_dict(self) -> dict:
         return {"buffers": {n: b.clone() for n, b in self.module.named_buffers()},

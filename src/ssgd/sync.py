@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from ssgd.comm.base import Collective, Payload, Reduced, accounted
@@ -46,7 +47,7 @@ class Scheme:
 
     name: str
     make_compressor: Callable[[int], Compressor]   # rank -> that rank's compressor
-    make_memory: Callable[[int], Memory]           # d -> a fresh memory
+    make_memory: Callable[..., Memory]             # (d, device) -> a fresh memory
     collective: Collective
     density: DensitySchedule
 
@@ -54,9 +55,9 @@ class Scheme:
 class RankSync:
     """One rank's compressor and error-feedback memory."""
 
-    def __init__(self, scheme: Scheme, rank: int, d: int) -> None:
+    def __init__(self, scheme: Scheme, rank: int, d: int, device: torch.device | str = "cpu") -> None:
         self.compressor = scheme.make_compressor(rank)
-        self.memory = scheme.make_memory(d)
+        self.memory = scheme.make_memory(d, device)
 
     def compress(self, grad: Tensor, density: float) -> Payload:
         """u = g + e, then the payload. `grad` may be overwritten (it may become u)."""

@@ -59,8 +59,10 @@ class Trainer:
         self.P = world.size
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.d = sum(p.numel() for p in self.params)
+        self.device = self.params[0].device            # the model arrives on its device (build.model)
         modules = world.replicate(model)
-        self.replicas = {r: Replica(m, self.params, RankSync(scheme, r, self.d), rank_generator(seed, r, "dropout"))
+        self.replicas = {r: Replica(m, self.params, RankSync(scheme, r, self.d, self.device),
+                                    rank_generator(seed, r, "dropout", self.device))
                          for r, m in zip(world.local_ranks, modules)}
         self.optimizer = make_optimizer(self.params)
         self.schedule = schedule
@@ -97,9 +99,9 @@ class Trainer:
     def _step_metrics(self, local: list[LocalStep], logs: list[RankLog], settle_s: list[float], density: float,
                       wall: tuple[float, float, float]) -> dict[str, float]:
         rows = self.world.gather([(s.loss, s.correct, s.samples, s.compute_s, s.compress_s + u, c, log.stats.messages,
-                                   log.stats.bytes) for s, u, c, log in
+                                   log.stats.bytes, log.staging_s) for s, u, c, log in
                                   zip(local, settle_s, counts_of([s.payload for s in local]), logs)])
-        loss, correct, samples, compute, compress, counts, messages, sent = (list(col) for col in zip(*rows))
+        loss, correct, samples, compute, compress, counts, messages, sent, staging = (list(col) for col in zip(*rows))
         P = self.P
         comm_model = self.scheme.collective.model_seconds(self.net, P, self.d, counts)
         compute_s, compress_s = sum(compute) / P, sum(compress) / P
@@ -108,7 +110,7 @@ class Trainer:
             "density/target": density, "density/achieved": sum(counts) / (P * self.d),
             "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent), "comm/messages": max(messages),
             "time/compute_s": compute_s, "time/compress_s": compress_s,
-            "time/comm_s": wall[1], "time/update_s": wall[2], "time/step_s": sum(wall),
+            "time/comm_s": wall[1], "time/staging_s": max(staging), "time/update_s": wall[2], "time/step_s": sum(wall),
             "time/comm_model_s": comm_model,
             "time/iter_model_s": compute_s + compress_s + comm_model + wall[2],
         }
@@ -121,8 +123,8 @@ class Trainer:
         module.eval()
         total_loss, total_correct, total = 0.0, 0.0, 0
         for start in range(0, self.data.x_val.shape[0], self.cfg.eval_batch):
-            x = self.data.x_val[start:start + self.cfg.eval_batch]
-            y = self.data.y_val[start:start + self.cfg.eval_batch]
+            x = self.data.x_val[start:start + self.cfg.eval_batch].to(self.device)
+            y = self.data.y_val[start:start + self.cfg.eval_batch].to(self.device)
             loss, correct = loss_and_correct(module(x), y)
             total_loss += loss.item() * y.numel()
             total_correct += float(correct)

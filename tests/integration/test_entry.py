@@ -48,6 +48,7 @@ BAD = {
     "trainer.batch_size=0": "trainer.batch_size",
     "backend=xyz": "backend",
     "wandb.mode=sometimes": "wandb.mode",
+    "device=tpu": "device",
 }
 
 

@@ -44,11 +44,11 @@ class GTopKAllreduce(Collective):
                 yield Send(rank & ~mask, pack_sparse(s), TAG_GTOPK)
                 break
             if rank | mask < P:
-                buf = torch.empty(2 * k, dtype=torch.int32)
+                buf = torch.empty(2 * k, dtype=torch.int32, device=payload.idx.device)
                 yield Recv(rank | mask, buf, TAG_GTOPK)
                 s = merge_topk(s, unpack_sparse(buf, d), k)
             mask <<= 1
-        root = pack_sparse(s) if rank == 0 else torch.empty(2 * k, dtype=torch.int32)
+        root = pack_sparse(s) if rank == 0 else torch.empty(2 * k, dtype=torch.int32, device=payload.idx.device)
         g = unpack_sparse((yield Bcast(root)), d)
         return Reduced(g, P, support=g.idx)
 

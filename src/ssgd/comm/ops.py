@@ -102,3 +102,4 @@ class RankLog:
 
     stats: CommStats = field(default_factory=CommStats)
     clock: float = 0.0
+    staging_s: float = 0.0     # MPI only: device <-> host copies of GPU tensors (no CUDA-aware MPI)

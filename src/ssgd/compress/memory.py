@@ -16,7 +16,7 @@ Payload = Tensor | Sparse
 class NoMemory:
     """No error feedback: u = g and nothing is kept."""
 
-    def __init__(self, d: int = 0) -> None:
+    def __init__(self, d: int = 0, device: torch.device | str = "cpu") -> None:
         pass
 
     def compensate(self, grad: Tensor) -> Tensor:
@@ -44,8 +44,8 @@ class ResidualMemory:
     (compressors copy), and nobody reads u after `update`.
     """
 
-    def __init__(self, d: int) -> None:
-        self.e = torch.zeros(d, dtype=torch.float32)
+    def __init__(self, d: int, device: torch.device | str = "cpu") -> None:
+        self.e = torch.zeros(d, dtype=torch.float32, device=device)
 
     def compensate(self, grad: Tensor) -> Tensor:
         return self.e.add_(grad)

@@ -19,5 +19,5 @@ class RandomK(Compressor):
 
     def compress(self, u: Tensor, density: float) -> Sparse:
         k = k_of(u.numel(), density)
-        idx = torch.randperm(u.numel(), generator=self.generator)[:k]
+        idx = torch.randperm(u.numel(), generator=self.generator)[:k].to(u.device)   # CPU draw: same on any device
         return Sparse(idx, u[idx], u.numel())

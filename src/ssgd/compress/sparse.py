@@ -30,7 +30,7 @@ class Sparse:
 
     def to_dense(self, scale: float = 1.0) -> Tensor:
         """float32 [numel], zero outside idx; val / scale at idx (division done element-wise)."""
-        out = torch.zeros(self.numel, dtype=self.val.dtype)
+        out = torch.zeros(self.numel, dtype=self.val.dtype, device=self.val.device)
         out[self.idx] = self.val if scale == 1.0 else self.val / scale
         return out
 
@@ -60,13 +60,14 @@ def sum_sparse(parts: list[Sparse]) -> Sparse:
     """Sum of sparse vectors; result has distinct indices in increasing order.
 
     Values on a common index are added left to right in list order (index_add_ on CPU is serial
-    at one intra-op thread), so the bits equal a dense rank-order sum of the parts.
+    at one intra-op thread), so the bits equal a dense rank-order sum of the parts (on CPU; CUDA's
+    index_add_ accumulates in no fixed order).
     """
     numel = parts[0].numel
     idx = torch.cat([p.idx for p in parts])
     val = torch.cat([p.val for p in parts])
     uniq, inverse = torch.unique(idx, sorted=True, return_inverse=True)
-    out = torch.zeros(uniq.numel(), dtype=val.dtype).index_add_(0, inverse, val)
+    out = torch.zeros(uniq.numel(), dtype=val.dtype, device=val.device).index_add_(0, inverse, val)
     return Sparse(uniq, out, numel)
 
 

@@ -12,6 +12,6 @@ def derive_seed(seed: int, rank: int, stream: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def rank_generator(seed: int, rank: int, stream: str) -> torch.Generator:
-    """A CPU torch.Generator owned by one rank for one purpose (dropout, randomk, ...)."""
-    return torch.Generator().manual_seed(derive_seed(seed, rank, stream))
+def rank_generator(seed: int, rank: int, stream: str, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch.Generator on `device` owned by one rank for one purpose (dropout, randomk, ...)."""
+    return torch.Generator(device=device).manual_seed(derive_seed(seed, rank, stream))
