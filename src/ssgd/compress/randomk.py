@@ -18,6 +18,20 @@ class RandomK(Compressor):
         super().__init__(generator)
 
     def compress(self, u: Tensor, density: float) -> Sparse:
-        k = k_of(u.numel(), density)
-        idx = torch.randperm(u.numel(), generator=self.generator)[:k].to(u.device)   # CPU draw: same on any device
+        idx = sample_distinct(u.numel(), k_of(u.numel(), density), self.generator).to(u.device)
         return Sparse(idx, u[idx], u.numel())
+
+
+def sample_distinct(d: int, k: int, generator: torch.Generator) -> Tensor:
+    """k distinct indices, uniform over the k-subsets of [0, d), drawn on the CPU from `generator`.
+
+    For k << d: draw with replacement, keep the distinct values (given its size, that set is a
+    uniform random subset), top up if short, then keep a uniform random k of them: O(k log k)
+    instead of randperm's O(d) (1.4 s at d = 25M). For k > d/4, randperm.
+    """
+    if 4 * k > d:
+        return torch.randperm(d, generator=generator)[:k]
+    idx = torch.randint(d, (k + k // 8 + 16,), generator=generator).unique()
+    while idx.numel() < k:
+        idx = torch.cat([idx, torch.randint(d, (k - idx.numel() + 16,), generator=generator)]).unique()
+    return idx[torch.randperm(idx.numel(), generator=generator)[:k]]
