@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta clean
+.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling profiles clean
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,12 @@ NAME  ?= measured
 WORLD ?= 4
 alphabeta: $(STAMP)  ## fit alpha/beta by MPI ping-pong -> conf/cluster/$(NAME).yaml (HOSTFILE=, WORLD=, FORCE=1)
 	$(PY) -m ssgd.perf.calibrate --name $(NAME) --world-size $(WORLD) $(if $(HOSTFILE),--hostfile $(HOSTFILE)) $(if $(FORCE),--force)
+
+fig-scaling: $(STAMP)  ## scaling efficiency, comm time vs P, 32-worker breakdown -> paper_figs/out (~10 s)
+	$(PY) paper_figs/fig_scaling.py $(ARGS)
+
+profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
+	$(PY) -m ssgd.perf.make_profiles
 
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf outputs multirun wandb .pytest_cache

@@ -12,4 +12,7 @@ def report(summary: dict) -> str:
     lines = [f"{summary['compressor']} S-SGD, P={summary['world_size']}, {summary['steps']} steps, "
              f"{summary['wall_s']:.1f} s wall"]
     lines += [f"  {label}: {fmt.format(summary[key])}" for key, label, fmt in keys if key in summary]
+    if "diverged_at_step" in summary:
+        lines.append(f"  DIVERGED: the training loss was not finite at step {summary['diverged_at_step']}; training "
+                     "stopped there (lower optimizer.lr, add schedule.warmup_epochs or raise compressor.density)")
     return "\n".join(lines)

@@ -68,6 +68,7 @@ class Trainer:
         self.schedule = schedule
         self.loader = ShardedLoader(data.x_train, data.y_train, self.P, cfg.batch_size, seed)
         self.epoch, self.step_count = 0, 0
+        self.diverged_at: int | None = None     # step whose training loss was not finite
         if cfg.resume:
             self._resume(Path(cfg.resume))
 
@@ -156,6 +157,9 @@ class Trainer:
                 metrics = self.step(it, density)
                 metrics["lr"] = lr
                 self.step_count += 1
+                if not math.isfinite(metrics["train/loss"]):
+                    self.diverged_at = self.step_count   # stop: every later step would be NaN too
+                    total_steps = self.step_count
                 n_interval += 1
                 for key, value in metrics.items():
                     interval[key] += value
@@ -185,7 +189,8 @@ class Trainer:
         n = max(self.step_count, 1)
         means = {key: value / n for key, value in totals.items() if key.startswith(("time/", "comm/", "density/"))}
         samples = self.P * self.cfg.batch_size
-        summary = {**self.labels, **val, "steps": self.step_count, "epochs": self.epoch, "wall_s": wall_s,
+        extra = {} if self.diverged_at is None else {"diverged_at_step": self.diverged_at}
+        summary = {**self.labels, **val, **extra, "steps": self.step_count, "epochs": self.epoch, "wall_s": wall_s,
                    "world_size": self.P, "batch_size_per_worker": self.cfg.batch_size, "params": self.d, **means,
                    "throughput_measured": samples / means["time/step_s"] if means.get("time/step_s") else 0.0,
                    "throughput_model": samples / means["time/iter_model_s"] if means.get("time/iter_model_s") else 0.0}

@@ -5,16 +5,22 @@ import pytest
 
 from conftest import CONF, group_options, make_cfg, train
 
-# a dataset each model can consume (model/dataset mismatches are tested in test_errors.py)
-MODEL_DATA = {"fnn3": "mnist_embedded", "cnn": "synthetic_mnist", "resnet20": "synthetic_cifar10",
-              "lstm": "synthetic_ptb"}
+# a dataset each model can consume, with overrides that keep 2 steps + evaluation fast
+# (model/dataset mismatches are tested in test_errors.py)
+SMALL_VAL = ["dataset.n_train=64", "dataset.n_val=8"]
+MODEL_DATA = {"fnn3": ("mnist_embedded", []), "cnn": ("synthetic_mnist", []),
+              "resnet20": ("synthetic_cifar10", []), "resnet56": ("synthetic_cifar10", SMALL_VAL),
+              "vgg16": ("synthetic_cifar10", SMALL_VAL), "alexnet_r": ("synthetic_cifar10", SMALL_VAL),
+              "lstm": ("synthetic_ptb", []), "lstm_ptb": ("synthetic_ptb", SMALL_VAL),
+              "alexnet": ("synthetic_imagenet64", SMALL_VAL), "resnet50": ("synthetic_imagenet64", SMALL_VAL)}
 DATA_MODEL = {"mnist_embedded": "fnn3", "synthetic_mnist": "cnn", "synthetic_cifar10": "resnet20",
-              "synthetic_ptb": "lstm"}
+              "synthetic_ptb": "lstm", "synthetic_imagenet64": "resnet20"}
+LOCAL_FILES = {"mnist", "cifar10", "ptb", "imagenet"}   # real data from local files: test_paper_data.py
 
 
 def test_every_group_is_covered():
     assert set(group_options("model")) == set(MODEL_DATA)
-    assert set(group_options("dataset")) - {"mnist"} == set(DATA_MODEL)   # mnist: local files, test_errors.py
+    assert set(group_options("dataset")) - LOCAL_FILES == set(DATA_MODEL)
     for group in ("model", "dataset", "compressor", "cluster"):
         for name in group_options(group):
             make_cfg(f"{group}={name}")   # composes
@@ -22,8 +28,9 @@ def test_every_group_is_covered():
 
 @pytest.mark.parametrize("model", sorted(MODEL_DATA))
 def test_each_model_trains_two_steps(model, tmp_path):
-    summary, _ = train(tmp_path, f"model={model}", f"dataset={MODEL_DATA[model]}", "cluster.world_size=2",
-                       "trainer.max_steps=2", "trainer.batch_size=4")
+    dataset, extra = MODEL_DATA[model]
+    summary, _ = train(tmp_path, f"model={model}", f"dataset={dataset}", "cluster.world_size=2",
+                       "trainer.max_steps=2", "trainer.batch_size=4", *extra)
     assert summary["steps"] == 2 and 0.0 <= summary["val/acc"] <= 1.0
 
 

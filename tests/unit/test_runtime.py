@@ -83,3 +83,11 @@ def test_logged_comm_model_and_bytes_are_the_cost_model(compressor, cluster, tmp
                          max(cost.allgatherv_sent(r, [8 * k] * P)[1] for r in range(P)))}[compressor]
     assert row["time/comm_model_s"] == pytest.approx(expected[0])
     assert row["comm/bytes_sent"] == expected[1]
+
+
+def test_a_diverging_run_stops_and_says_so(tmp_path):
+    summary, _ = train(tmp_path, "optimizer.lr=1e12", "compressor=dense", "trainer.max_steps=30")
+    assert 1 <= summary["diverged_at_step"] == summary["steps"] < 30
+    from ssgd.report import report
+
+    assert "DIVERGED" in report(summary)

@@ -5,11 +5,14 @@ from a per-rank generator set with `use_generator`.
 """
 from torch import nn
 
+from ssgd.models.alexnet_r import alexnet_r
 from ssgd.models.cnn import SmallCNN
 from ssgd.models.dropout import GenDropout, has_global_dropout, use_generator
+from ssgd.models.imagenet import alexnet, resnet50, swap_dropout
 from ssgd.models.lstm import LSTMLM
 from ssgd.models.mlp import FNN3
 from ssgd.models.resnet import resnet20, resnet56
+from ssgd.models.vgg import vgg16
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -22,8 +25,13 @@ __all__ = [
     "SmallCNN",
     "resnet20",
     "resnet56",
+    "vgg16",
+    "alexnet",
+    "resnet50",
+    "alexnet_r",
     "LSTMLM",
     "GenDropout",
+    "swap_dropout",
     "use_generator",
     "has_global_dropout",
     "count_parameters",

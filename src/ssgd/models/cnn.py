@@ -4,7 +4,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ssgd.data.base import DataSpec
-from ssgd.errors import ConfigError
+from ssgd.models.checks import image_shape
 from ssgd.models.dropout import GenDropout
 
 MIN_SIDE = 16
@@ -28,13 +28,7 @@ class SmallCNN(nn.Module):
 
     def __init__(self, spec: DataSpec, dropout: float = 0.0) -> None:
         super().__init__()
-        shape = tuple(spec.input_shape)
-        if spec.kind != "image" or len(shape) != 3 or min(shape[1:]) < MIN_SIDE or shape[0] < 1:
-            raise ConfigError(
-                f"model=cnn needs image data of shape (C, H, W) with H, W >= {MIN_SIDE}; dataset "
-                f"{spec.name or '?'} has kind '{spec.kind}' and input_shape {shape}"
-            )
-        channels, height, width = shape
+        channels, height, width = image_shape(spec, "cnn", MIN_SIDE)
         flat = 50 * _features_side(height) * _features_side(width)
         self.features = nn.Sequential(
             nn.Conv2d(channels, 20, 5), nn.ReLU(), nn.MaxPool2d(2),

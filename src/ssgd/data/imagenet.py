@@ -1,0 +1,187 @@
+"""ImageNet (ILSVRC-2012) from a local ImageFolder tree, decoded lazily: it does not fit in memory.
+
+Layout: `data_dir/train/<class>/*.JPEG` and `data_dir/val/<class>/*.JPEG` (also .jpg, .jpeg, .png,
+any case; only files directly inside a class folder). Classes are the train folder names sorted
+(torchvision's ImageFolder order), so label i is the i-th name; every val folder must be one of
+them. The val images of the official archive come in one folder and must first be sorted into
+class folders (as torchvision's `ImageNet` class or the usual `valprep.sh` do).
+
+The images are never all decoded: x_train and x_val are `ImageFiles` objects that decode the
+requested files when indexed, as the trainer does (`x[idx]` with an int64 index tensor for a
+batch, `x[a:b]` when evaluating). Each image goes through torchvision.io (`read_file`,
+`decode_image` to RGB) and torchvision.transforms.v2 functional ops: the shorter side resized to
+`resize_size` (default 256 for 224, ratio 8/7), centre crop `image_size` x `image_size`, scale to
+[0, 1], normalise with the ImageNet mean / std. That is the standard evaluation transform, used for
+training too: random crops and flips are NOT applied, so loading is deterministic (augmentation
+would need per-rank generators). The gTop-k code trains with RandomResizedCrop(224) and flips, from
+an HDF5 copy of the data (papers.md 6.1).
+
+torchvision is imported when the first image is decoded, not with this module: its import costs
+about 2 s.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ssgd.data.base import DataSpec, TensorData
+from ssgd.errors import ConfigError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+"""Per-channel (R, G, B) mean of ImageNet pixels in [0, 1], as in torchvision and the gTop-k code."""
+IMAGENET_STD = (0.229, 0.224, 0.225)
+EXTENSIONS = (".jpeg", ".jpg", ".png")
+SPLITS = ("train", "val")
+
+
+def _short(err: Exception) -> str:
+    """A torchvision C++ error without its 'function, file.cpp:line, ' prefix."""
+    parts = str(err).split(", ", 2)
+    return parts[2] if len(parts) == 3 and ".cpp:" in parts[1] else str(err)
+
+
+def load_image(path: str, image_size: int, resize_size: int) -> Tensor:
+    """Decode one image file -> float32 [3, image_size, image_size], normalised with ImageNet mean / std.
+
+    Shorter side resized to resize_size (bilinear, antialiased; a no-op when it already is), then
+    the centre image_size x image_size crop. Grey, RGBA or CMYK files are converted to RGB.
+    Raises ConfigError naming the file if it cannot be read or decoded.
+    """
+    from torchvision.io import ImageReadMode, decode_image, read_file
+    from torchvision.transforms.v2 import functional as F
+
+    try:
+        image = decode_image(read_file(path), mode=ImageReadMode.RGB)
+    except (RuntimeError, OSError, ValueError) as err:
+        raise ConfigError(f"dataset=imagenet: cannot decode '{path}' ({_short(err)})") from err
+    image = F.center_crop(F.resize(image, [resize_size], antialias=True), [image_size, image_size])
+    return F.normalize(F.to_dtype(image, torch.float32, scale=True), list(IMAGENET_MEAN), list(IMAGENET_STD))
+
+
+class ImageFiles:
+    """A read-only stand-in for a float32 [N, 3, S, S] tensor whose rows are decoded from files on demand.
+
+    Supports `.shape` (the tuple (N, 3, S, S)), `.dtype`, `len()` and indexing: an int64 (or other
+    integer) index tensor or sequence of ints -> float32 [len(idx), 3, S, S]; a slice `x[a:b:c]`
+    -> float32 [len(range), 3, S, S]; an int -> float32 [3, S, S]. Negative indices count from the
+    end as in torch; out of range raises IndexError. Nothing is cached: indexing the same rows twice
+    decodes twice and gives equal tensors. Holds only the file paths, so it is cheap to copy.
+    """
+
+    dtype = torch.float32
+
+    def __init__(self, files: Sequence[str], image_size: int, resize_size: int) -> None:
+        self.files = tuple(files)
+        self.image_size = image_size
+        self.resize_size = resize_size
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.files), 3, self.image_size, self.image_size)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def _position(self, i: int) -> int:
+        n = len(self.files)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {n} images")
+        return i % n
+
+    def _stack(self, positions: Sequence[int]) -> Tensor:
+        out = torch.empty((len(positions), 3, self.image_size, self.image_size), dtype=torch.float32)
+        for row, i in enumerate(positions):
+            out[row] = load_image(self.files[i], self.image_size, self.resize_size)
+        return out
+
+    def __getitem__(self, key: Tensor | slice | int | Sequence[int]) -> Tensor:
+        if isinstance(key, slice):
+            return self._stack(range(*key.indices(len(self.files))))
+        if isinstance(key, Tensor):
+            if key.dtype.is_floating_point or key.dtype.is_complex or key.dtype == torch.bool or key.dim() > 1:
+                raise TypeError(f"ImageFiles takes a 1-D integer index tensor, not {key.dtype} {list(key.shape)}")
+            if key.dim() == 0:
+                return self._stack([self._position(int(key))])[0]
+            return self._stack([self._position(i) for i in key.tolist()])
+        if isinstance(key, int) and not isinstance(key, bool):
+            return self._stack([self._position(key)])[0]
+        if isinstance(key, Sequence) and all(isinstance(i, int) and not isinstance(i, bool) for i in key):
+            return self._stack([self._position(i) for i in key])
+        raise TypeError(f"ImageFiles cannot be indexed with {type(key).__name__}")
+
+    def __repr__(self) -> str:
+        return f"ImageFiles(n={len(self.files)}, image_size={self.image_size}, resize_size={self.resize_size})"
+
+
+def _class_folders(split_dir: Path) -> list[str]:
+    return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
+
+
+def _image_files(class_dir: Path) -> list[str]:
+    return sorted(entry.path for entry in os.scandir(class_dir)
+                  if entry.is_file() and os.path.splitext(entry.name)[1].lower() in EXTENSIONS)
+
+
+def scan_split(split_dir: Path, class_to_idx: dict[str, int]) -> tuple[list[str], Tensor]:
+    """Image paths of `split_dir/<class>/` (classes sorted, files sorted within a class) and int64 labels.
+
+    Raises ConfigError naming the folder if a class is not in `class_to_idx` or there are no images.
+    """
+    files: list[str] = []
+    labels: list[int] = []
+    for name in _class_folders(split_dir):
+        if name not in class_to_idx:
+            raise ConfigError(f"dataset=imagenet: '{split_dir / name}' is a class folder that "
+                              f"'{split_dir.parent / 'train'}' lacks; val classes must be train classes")
+        found = _image_files(split_dir / name)
+        files += found
+        labels += [class_to_idx[name]] * len(found)
+    if not files:
+        raise ConfigError(f"dataset=imagenet: no images in '{split_dir}' (expected <class>/*.JPEG, "
+                          f"extensions {', '.join(EXTENSIONS)} in any case)")
+    return files, torch.tensor(labels, dtype=torch.int64)
+
+
+def imagenet(data_dir: str | os.PathLike[str] = "data/imagenet", image_size: int = 224,
+             resize_size: int | None = None) -> TensorData:
+    """ImageNet from a local ImageFolder tree: train = data_dir/train, val = data_dir/val.
+
+    Args:
+        image_size: side S of the square crop the models see (224 for AlexNet and ResNet-50).
+        resize_size: shorter side before the centre crop, >= image_size; None = image_size * 8 // 7
+            (256 for 224).
+
+    Returns TensorData whose x_train / x_val are lazy `ImageFiles` (float32 [N, 3, S, S] when
+    indexed; an evaluation slice of the trainer's eval_batch images is decoded at once, about
+    600 MB for 1,000 images at 224), y int64 [N] labels in [0, C) held in memory, and spec
+    DataSpec("image", (3, S, S), C, "imagenet") with C the number of train class folders (1000).
+    Only the file names are listed here (1.33M for ILSVRC-2012); no image is decoded.
+    """
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+        raise ConfigError(f"dataset.image_size={image_size!r}: must be an int >= 1")
+    if resize_size is not None and (isinstance(resize_size, bool) or not isinstance(resize_size, int)):
+        raise ConfigError(f"dataset.resize_size={resize_size!r}: must be null or an int >= dataset.image_size")
+    resize = image_size * 8 // 7 if resize_size is None else resize_size
+    if resize < image_size:
+        raise ConfigError(f"dataset.resize_size={resize_size}: must be >= dataset.image_size={image_size}")
+    root = Path(data_dir).expanduser()
+    if not all((root / split).is_dir() for split in SPLITS):
+        raise ConfigError(
+            f"dataset=imagenet: no ImageFolder tree in '{root}' (expected '{root / 'train'}/<class>/*.JPEG' and "
+            f"'{root / 'val'}/<class>/*.JPEG'); get ILSVRC-2012 from image-net.org yourself (registration), "
+            f"extract it, sort the val images into class folders, and set dataset.data_dir; this project "
+            f"never downloads"
+        )
+    classes = _class_folders(root / "train")
+    if not classes:
+        raise ConfigError(f"dataset=imagenet: no class folders in '{root / 'train'}' (expected <class>/*.JPEG)")
+    class_to_idx = {name: i for i, name in enumerate(classes)}
+    train_files, y_train = scan_split(root / "train", class_to_idx)
+    val_files, y_val = scan_split(root / "val", class_to_idx)
+    spec = DataSpec("image", (3, image_size, image_size), len(classes), "imagenet")
+    return TensorData(spec, ImageFiles(train_files, image_size, resize), y_train,  # type: ignore[arg-type]
+                      ImageFiles(val_files, image_size, resize), y_val)  # type: ignore[arg-type]
