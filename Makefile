@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~40 s)
 	$(PY) src/train.py $(ARGS)
 
-test: $(STAMP)  ## the whole test suite, MPI included (~5 min on 2 cores)
+test: $(STAMP)  ## the whole test suite, MPI included (~7 min on 2 cores)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
