@@ -239,3 +239,19 @@ def test_fig_scaling_runs_and_writes_its_files(tmp_path, sub, capsys):
         assert float(row["paper_gtopk_over_topk"]) == pytest.approx(topk, abs=0.01)
         assert float(row["model_gtopk_over_dense"]) > 1
     assert "gTop/dense" in capsys.readouterr().out
+
+
+def test_measured_profile_of_a_configured_model(tmp_path):
+    """`python -m ssgd.perf.measure`: layers = modules owning parameters (backward order) + 'other',
+    sizes add up to d, and the JSON reads back as a Profile."""
+    from ssgd.perf.iteration import Profile
+    from ssgd.perf.measure import main
+
+    out = tmp_path / "fnn3.json"
+    assert main(["model=fnn3", "dataset=synthetic_mnist", "trainer.batch_size=8", "reps=2", f"out={out}"]) == 0
+    profile = Profile.load(out)
+    assert profile.layers[-1] == "other"
+    assert profile.d == 199_210 and profile.params[-1] == 0 and profile.batch_size == 8
+    assert len(profile.layers) == 4                                   # three Linear layers + other
+    assert profile.t_f > 0 and profile.t_b > 0 and profile.select_s > 0 and profile.update_s > 0
+    assert main(["model=lstm", "dataset=mnist_embedded", f"out={out}"]) == 2          # mismatch: one-line error

@@ -1,0 +1,132 @@
+"""Profile a configured model on THIS machine: per-layer forward/backward times and sizes.
+
+    python -m ssgd.perf.measure model=resnet20 dataset=synthetic_cifar10 trainer.batch_size=32 \
+        [out=profiles/resnet20-local.json] [reps=10]
+
+Runs as one worker of the trainer does (one intra-op thread), times every module that owns
+parameters with forward (pre-)hooks and full backward (pre-)hooks over `reps` iterations after a
+warm-up (median per layer), puts what no such module accounts for (activations, pooling, loss,
+autograd bookkeeping) into a last "other" layer with 0 parameters, and times exact top-k selection,
+Gaussian-k selection and the SGD update of the flat d-vector. Writes a `Profile` JSON that
+`ssgd.perf.iteration` and `paper_figs/fig_scaling.py` read like the shipped ones.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import warnings
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ssgd.compress.gaussiank import GaussianK
+from ssgd.compress.topk import TopK
+from ssgd.perf.iteration import Profile
+from ssgd.replica import loss_and_correct
+
+
+def weighted_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Modules that own parameters directly, in registration (forward) order."""
+    return [(name or "model", m) for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))]
+
+
+def _timed(fn, reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_profile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: str, reps: int = 10,
+                    density: float = 0.001) -> Profile:
+    """Per-layer times of `model` on the batch (x, y); see the module docstring."""
+    layers = weighted_modules(model)
+    forward, backward = defaultdict(list), defaultdict(list)
+    starts: dict[str, float] = {}
+    handles = []
+    for lname, module in layers:
+        handles += [
+            module.register_forward_pre_hook(lambda m, a, n=lname: starts.__setitem__(("f", n), time.perf_counter())),
+            module.register_forward_hook(lambda m, a, o, n=lname: forward[n].append(time.perf_counter() - starts[("f", n)])),
+            module.register_full_backward_pre_hook(lambda m, g, n=lname: starts.__setitem__(("b", n), time.perf_counter())),
+            module.register_full_backward_hook(lambda m, gi, go, n=lname: backward[n].append(time.perf_counter() - starts[("b", n)])),
+        ]
+    params = [p for p in model.parameters() if p.requires_grad]
+    totals: dict[str, list[float]] = defaultdict(list)
+    model.train()
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")   # first layer: input needs no grad
+    for i in range(reps + 1):
+        t0 = time.perf_counter()
+        loss, _ = loss_and_correct(model(x), y)
+        t1 = time.perf_counter()
+        torch.autograd.grad(loss, params, allow_unused=True)
+        t2 = time.perf_counter()
+        if i:                                    # iteration 0 is a warm-up
+            totals["f"].append(t1 - t0)
+            totals["b"].append(t2 - t1)
+        else:
+            forward.clear(), backward.clear()
+    for h in handles:
+        h.remove()
+    names = [n for n, _ in layers][::-1]         # backward order, as Profile wants
+    fwd = [statistics.median(forward[n]) if forward[n] else 0.0 for n in names]
+    bwd = [statistics.median(backward[n]) if backward[n] else 0.0 for n in names]
+    sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for _, m in layers][::-1]
+    other_f = max(statistics.median(totals["f"]) - sum(fwd), 0.0)
+    other_b = max(statistics.median(totals["b"]) - sum(bwd), 0.0)
+    d = sum(sizes)
+    u = torch.randn(d)
+    optimizer = torch.optim.SGD(params, lr=1e-9, momentum=0.9, weight_decay=1e-4)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    return Profile(
+        name=name, batch_size=int(y.shape[0]), layers=(*names, "other"), params=(*sizes, 0),
+        forward_s=(*fwd, other_f), backward_s=(*bwd, other_b),
+        select_s=_timed(lambda: TopK().compress(u, density), reps),
+        threshold_select_s=_timed(lambda: GaussianK().compress(u, density), reps),
+        update_s=_timed(optimizer.step, reps),
+        derivation=(f"measured by `python -m ssgd.perf.measure` on this machine ({torch.get_num_threads()} intra-op "
+                    f"thread(s), torch {torch.__version__}): median of {reps} iterations after a warm-up; per-layer "
+                    f"times from forward/backward hooks on modules that own parameters, the rest in 'other'; "
+                    f"selection of the flat d = {d} vector at density {density}"),
+    )
+
+
+def main(argv: list[str]) -> int:
+    from hydra import compose, initialize_config_dir
+
+    from ssgd import build
+    from ssgd.errors import ConfigError
+
+    options = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv if a.startswith(("out=", "reps="))}
+    overrides = [a for a in argv if not a.startswith(("out=", "reps="))]
+    conf = Path(__file__).resolve().parents[3] / "conf"
+    torch.set_num_threads(1)                     # as one worker of the trainer
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose("config", overrides)
+        data = build.dataset(cfg)
+        model = build.model(cfg, data, cfg.seed)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    b = int(cfg.trainer.batch_size)
+    name = f"{cfg.model._target_.rsplit('.', 1)[-1]}-{data.spec.name}-bs{b}"
+    profile = measure_profile(model, data.x_train[:b], data.y_train[:b], name, reps=int(options.get("reps", 10)))
+    out = Path(options.get("out", f"profiles/{name}.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    profile.save(out)
+    print(f"{name}: d = {profile.d:,}, forward {profile.t_f * 1e3:.2f} ms, backward {profile.t_b * 1e3:.2f} ms, "
+          f"top-k {profile.select_s * 1e3:.2f} ms, Gaussian-k {profile.threshold_select_s * 1e3:.2f} ms, "
+          f"update {profile.update_s * 1e3:.2f} ms -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
