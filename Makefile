@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling profiles clean
+.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling profiles validate-model clean
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ fig-scaling: $(STAMP)  ## scaling efficiency, comm time vs P, 32-worker breakdow
 
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
 	$(PY) -m ssgd.perf.make_profiles
+
+validate-model: $(STAMP)  ## iteration model vs real 2-rank MPI runs, predicted vs measured (~1 min)
+	$(PY) paper_figs/validate_model.py $(ARGS)
 
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf outputs multirun wandb .pytest_cache
