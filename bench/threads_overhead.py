@@ -29,7 +29,7 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from ssgd import build  # noqa: E402
-from ssgd.compress.sparse import Sparse, k_of, select_topk, sum_sparse  # noqa: E402
+from ssgd.compress.sparse import k_of, select_topk, sum_sparse  # noqa: E402
 from ssgd.data.loader import ShardedLoader  # noqa: E402
 
 
@@ -71,7 +71,7 @@ class PlainLoop:
                 parts.append(g)
         if self.sparse:
             total = sum_sparse(parts)
-            avg = Sparse(total.idx, total.val, total.numel).to_dense(scale=self.P)
+            avg = total.to_dense(scale=self.P)
         else:
             avg = parts[0].clone()
             for g in parts[1:]:

@@ -134,7 +134,11 @@ def validate(cfg: DictConfig) -> None:
     if cfg.backend not in BACKENDS:
         raise ConfigError(f"backend={cfg.backend!r}: must be one of {', '.join(BACKENDS)}")
     _positive_int(cfg.seed, "seed", minimum=0)
-    world_size(cfg), network(cfg), train_config(cfg), lr_schedule(cfg, world_size(cfg)), optimizer_factory(cfg)
+    # each builder below raises ConfigError on a bad value; the objects themselves are not needed here
+    lr_schedule(cfg, world_size(cfg))
+    network(cfg)
+    train_config(cfg)
+    optimizer_factory(cfg)
     scheme(cfg, cfg.seed)
     if cfg.threads is not None:
         _positive_int(cfg.threads, "threads")
