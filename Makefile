@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling profiles validate-model clean
+.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs profiles validate-model clean bench-dlbench bench-trainer bench
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~40 s)
 	$(PY) src/train.py $(ARGS)
 
-test: $(STAMP)  ## the whole test suite, MPI included (~7 min on 2 cores)
+test: $(STAMP)  ## the whole test suite, MPI included (~9 min on 2 cores)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
@@ -36,19 +36,72 @@ bench-threads: $(STAMP)  ## threads backend vs a plain loop, same work (~3 min; 
 bench-comm: $(STAMP)  ## collectives on 2/4/8 MPI ranks, d = 1M and 25M: time, bytes, model (not a test)
 	$(PY) bench/comm.py $(ARGS)
 
+TOOLS       ?= 1
+TOOLS_VENV  := .venv-tools
+TOOLS_STAMP := $(TOOLS_VENV)/.setup-done
+
+# JAX and TensorFlow (Keras 3) for bench-dlbench, in their own environment; a failed install only skips them.
+$(TOOLS_STAMP): bench/requirements-tools.txt
+	@echo "bench-dlbench: installing JAX and TensorFlow into $(TOOLS_VENV) (~1 min, once; TOOLS=0 skips them)"
+	@$(PYTHON) -m venv $(TOOLS_VENV) && $(TOOLS_VENV)/bin/python -m pip install --quiet --upgrade pip \
+	  && $(TOOLS_VENV)/bin/python -m pip install --quiet -r bench/requirements-tools.txt && touch $@ \
+	  || echo "bench-dlbench: could not install bench/requirements-tools.txt into $(TOOLS_VENV); JAX and TensorFlow are skipped"
+
+bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads -> paper_figs/out (~6 min)
+	$(PY) bench/dlbench.py $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
+
+bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo), sparse vs dense, as ratios (~3 min; not a test)
+	$(PY) bench/trainer_vs_peers.py $(ARGS)
+
+bench: $(STAMP)  ## every benchmark (dlbench, trainer, threads, comm, selection) + bench/results/summary.md (< 20 min)
+	@mkdir -p bench/results && date +%s > bench/results/.bench-start
+	$(MAKE) --no-print-directory bench-dlbench ARGS=
+	$(MAKE) --no-print-directory bench-trainer ARGS=
+	$(MAKE) --no-print-directory bench-threads ARGS=--quick
+	$(MAKE) --no-print-directory bench-comm ARGS=
+	$(MAKE) --no-print-directory fig-selection ARGS=
+	$(PY) bench/summary.py --start-file bench/results/.bench-start
+
 NAME  ?= measured
 WORLD ?= 4
 alphabeta: $(STAMP)  ## fit alpha/beta by MPI ping-pong -> conf/cluster/$(NAME).yaml (HOSTFILE=, WORLD=, FORCE=1)
 	$(PY) -m ssgd.perf.calibrate --name $(NAME) --world-size $(WORLD) $(if $(HOSTFILE),--hostfile $(HOSTFILE)) $(if $(FORCE),--force)
 
-fig-scaling: $(STAMP)  ## scaling efficiency, comm time vs P, 32-worker breakdown -> paper_figs/out (~10 s)
+fig-scaling: $(STAMP)  ## scaling efficiency, comm time vs P, 32-worker breakdown -> paper_figs/out (~10 s; ARGS="--profile p.json")
 	$(PY) paper_figs/fig_scaling.py $(ARGS)
+
+fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling; achieved density -> paper_figs/out (~1 min)
+	$(PY) paper_figs/fig_selection.py $(ARGS)
+
+figs-runs: $(STAMP)  ## train the short runs the analysis figures read -> paper_figs/runs (~5 min; resumes)
+	$(PY) paper_figs/runs.py $(ARGS)
+
+fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM)
+	$(PY) paper_figs/runs.py --figure histograms
+	$(PY) paper_figs/fig_histograms.py $(ARGS)
+
+fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio
+	$(PY) paper_figs/runs.py --figure bounds
+	$(PY) paper_figs/fig_bounds.py $(ARGS)
+
+fig-convergence: $(STAMP)  ## loss / val acc vs epoch and modelled time: dense, Top-k, gTop-k, Gaussian-k, Random-k
+	$(PY) paper_figs/runs.py --figure convergence
+	$(PY) paper_figs/fig_convergence.py $(ARGS)
+
+figs: $(STAMP)  ## every figure + paper_figs/README.md (~5 min on 2 cores; runs kept in paper_figs/runs)
+	$(PY) paper_figs/runs.py
+	$(PY) paper_figs/fig_histograms.py
+	$(PY) paper_figs/fig_bounds.py
+	$(PY) paper_figs/fig_convergence.py
+	$(PY) paper_figs/fig_selection.py
+	$(PY) paper_figs/fig_scaling.py
+	$(PY) paper_figs/readme.py
 
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
 	$(PY) -m ssgd.perf.make_profiles
 
-validate-model: $(STAMP)  ## iteration model vs real 2-rank MPI runs, predicted vs measured (~1 min)
+validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (~2 min)
 	$(PY) paper_figs/validate_model.py $(ARGS)
 
 clean:  ## remove run outputs (keeps .venv)
-	rm -rf outputs multirun wandb .pytest_cache
+	rm -rf outputs multirun wandb .pytest_cache paper_figs/runs

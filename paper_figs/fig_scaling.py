@@ -1,6 +1,10 @@
 """Scaling figures of the gTop-k paper from the iteration-time model, next to the paper's numbers.
 
-    python paper_figs/fig_scaling.py [--out DIR]          (default DIR: paper_figs/out)
+    python paper_figs/fig_scaling.py [--out DIR] [--profile PATH ...] [--no-shipped]   (default DIR: paper_figs/out)
+
+--profile PATH (repeatable) adds a measured profile (`python -m ssgd.perf.measure <overrides> out=PATH`)
+to every figure and to the ratio table beside the shipped ones (--no-shipped: instead of them); the
+paper's markers appear only for profiles named like the paper's models.
 
 (a) fig_scaling_efficiency: eff(P) = v_P / v_1 (papers.md 4, 7) for dense (no overlap, as the trainer;
     and layer-wise WFBP), Top-k, gTop-k and Gaussian-k, P = 4 ... 1024 (P > 32 extrapolated), for each
@@ -31,9 +35,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from figlib import save  # noqa: E402
 from ssgd.perf import cost, profiles  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
-from ssgd.perf.iteration import iteration_time, rescale_batch, scaling_efficiency  # noqa: E402
+from ssgd.perf.iteration import Profile, iteration_time, rescale_batch, scaling_efficiency  # noqa: E402
 from ssgd.perf.make_profiles import PAPER_MODELS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,18 +72,6 @@ def paper_efficiency(name: str) -> dict[str, list[float]]:
     """eff(P) = v_P / v_1 of the paper's lists at P = 4, 8, 16, 32 (papers.md 7)."""
     v1, dense, topk, gtopk = PAPER_V[name]
     return {"dense": [v / v1 for v in dense], "topk": [v / v1 for v in topk], "gtopk": [v / v1 for v in gtopk]}
-
-
-def save(fig: plt.Figure, out: Path, stem: str, header: list[str], rows: list[list]) -> list[Path]:
-    paths = [out / f"{stem}.png", out / f"{stem}.pdf", out / f"{stem}.csv"]
-    fig.savefig(paths[0], dpi=130, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
-    plt.close(fig)
-    with paths[2].open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    return paths
 
 
 # --- (a) scaling efficiency ------------------------------------------------------------------------
@@ -233,23 +226,59 @@ def ratio_rows(profs: list, nets: list[tuple[str, AlphaBeta]]) -> list[list]:
 
 def print_ratios(rows: list[list]) -> None:
     print("Efficiency ratios at P = 32 (model: rho = 0.001; paper: papers.md 7, 1 GbE)")
-    print(f"{'model':<9} {'net':<6} {'gTop/dense':>10} {'gTop/WFBP':>9} {'gTop/Top-k':>10} "
+    w = max([9, *(len(row[0]) for row in rows)])
+    print(f"{'model':<{w}} {'net':<6} {'gTop/dense':>10} {'gTop/WFBP':>9} {'gTop/Top-k':>10} "
           f"{'eff d/t/g (%)':>18} | {'paper gTop/dense':>16} {'paper gTop/Top-k':>16}")
     for name, net, rd, rw, rt, ed, et, eg, pd, pt in rows:
-        print(f"{name:<9} {net:<6} {rd:>10.2f} {rw:>9.2f} {rt:>10.2f} "
+        print(f"{name:<{w}} {net:<6} {rd:>10.2f} {rw:>9.2f} {rt:>10.2f} "
               f"{f'{ed * 100:.1f}/{et * 100:.1f}/{eg * 100:.1f}':>18} | {pd:>16.2f} {pt:>16.2f}")
+
+
+def shipped_profiles() -> list[Profile]:
+    """The shipped profiles, in the paper's model order."""
+    order = [pm.name for pm in PAPER_MODELS]
+    names = sorted(profiles.names(), key=lambda n: (order.index(n) if n in order else len(order), n))
+    return [profiles.load(n) for n in names]
+
+
+def load_profile_files(paths: list[str], taken: list[Profile]) -> list[Profile]:
+    """The profiles in `paths` (JSON written by `python -m ssgd.perf.measure ... out=PATH` or
+    `Profile.save`); ValueError with a one-line reason naming the file when one is missing, is not
+    a profile, or reuses the name of a profile already plotted (`taken`, then earlier files)."""
+    out: list[Profile] = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"--profile {path}: no such file")
+        try:
+            prof = Profile.load(path)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"--profile {path}: not a profile: {err}") from err
+        if any(p.name == prof.name for p in (*taken, *out)):
+            raise ValueError(f"--profile {path}: profile name {prof.name!r} is already plotted; "
+                             f"change the file's \"name\"")
+        out.append(prof)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "paper_figs" / "out"), help="output folder")
+    ap.add_argument("--profile", action="append", default=[], metavar="PATH",
+                    help="a measured profile JSON (python -m ssgd.perf.measure ... out=PATH) to plot beside "
+                         "the shipped ones; repeatable")
+    ap.add_argument("--no-shipped", action="store_true", help="plot only the --profile files")
     args = ap.parse_args(argv)
+    if args.no_shipped and not args.profile:
+        ap.error("--no-shipped needs at least one --profile PATH")
     t0 = time.perf_counter()
+    shipped = [] if args.no_shipped else shipped_profiles()
+    try:
+        profs = shipped + load_profile_files(args.profile, shipped)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    order = [pm.name for pm in PAPER_MODELS]
-    names = sorted(profiles.names(), key=lambda n: (order.index(n) if n in order else len(order), n))
-    profs = [profiles.load(n) for n in names]
     nets = [(label, load_network(cluster)) for label, cluster in NETWORKS]
     written = fig_efficiency(profs, nets, out) + fig_comm(nets, out) + fig_breakdown(profs, nets[0][1], out)
     rows = ratio_rows(profs, nets)

@@ -21,6 +21,16 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+def paper_script(name: str):
+    """Import paper_figs/<name>.py as a module (the figure scripts import their siblings, e.g. figlib)."""
+    import importlib
+    import sys
+
+    if str(ROOT / "paper_figs") not in sys.path:
+        sys.path.insert(0, str(ROOT / "paper_figs"))
+    return importlib.import_module(name)
+
+
 def make_cfg(*overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=[*FAST, *overrides])

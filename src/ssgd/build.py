@@ -13,6 +13,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ssgd.capture import Capture, CaptureConfig
 from ssgd.compress.base import Compressor
 from ssgd.data.base import TensorData
 from ssgd.errors import ConfigError
@@ -86,6 +87,16 @@ def train_config(cfg: DictConfig) -> TrainConfig:
     return tc
 
 
+def capture_config(cfg: DictConfig) -> CaptureConfig:
+    c = OmegaConf.to_container(cfg.get("capture") or {}, resolve=True)
+    if not isinstance(c.get("u_steps", []) or [], list):
+        raise ConfigError(f"capture.u_steps={c['u_steps']!r}: must be a list of step numbers, e.g. [1,100]")
+    try:
+        return CaptureConfig(**{**c, "u_steps": tuple(c.get("u_steps") or ())})
+    except TypeError as err:
+        raise ConfigError(f"capture: {err}") from None
+
+
 def lr_schedule(cfg: DictConfig, P: int) -> LRSchedule:
     s, lr = cfg.schedule, cfg.optimizer.lr
     start = lr / P if s.warmup_start is None else s.warmup_start
@@ -138,6 +149,7 @@ def validate(cfg: DictConfig) -> None:
     lr_schedule(cfg, world_size(cfg))
     network(cfg)
     train_config(cfg)
+    capture_config(cfg)
     optimizer_factory(cfg)
     scheme(cfg, cfg.seed)
     if cfg.threads is not None:
@@ -164,8 +176,10 @@ def trainer(cfg: DictConfig, run_dir: Path, world: World | None = None) -> tuple
     except BaseException:
         world.close()
         raise
+    cap = capture_config(cfg)
     try:
-        tr = Trainer(tc, world, mdl, data, sch, make_opt, schedule, net, writer, seed, run_dir, labels)
+        capture = Capture(cap, run_dir, seed, world.is_root, sch.name) if cap.enabled else None
+        tr = Trainer(tc, world, mdl, data, sch, make_opt, schedule, net, writer, seed, run_dir, labels, capture)
     except BaseException:
         world.close()
         writer.close()

@@ -18,6 +18,7 @@ class LocalStep:
     """What one rank produced in one step (scalars are Python floats)."""
 
     payload: Payload
+    u: Tensor              # the compensated gradient g + e (aliases a buffer: valid until settle)
     loss: float
     correct: float
     samples: float
@@ -58,11 +59,11 @@ class Replica:
                 view.copy_(g)
         loss_value, hits = loss.item(), float(correct)   # on CUDA this waits for the backward pass
         t1 = time.perf_counter()
-        payload = self.sync.compress(self.flat, density)
+        u, payload = self.sync.compress(self.flat, density)
         if self.flat.is_cuda:
             torch.cuda.synchronize(self.flat.device)     # so that compress_s covers the selection
         t2 = time.perf_counter()
-        return LocalStep(payload, loss_value, hits, float(y.numel()), t1 - t0, t2 - t1)
+        return LocalStep(payload, u, loss_value, hits, float(y.numel()), t1 - t0, t2 - t1)
 
     def state_dict(self) -> dict:
         return {"buffers": {n: b.clone() for n, b in self.module.named_buffers()},

@@ -59,9 +59,11 @@ class RankSync:
         self.compressor = scheme.make_compressor(rank)
         self.memory = scheme.make_memory(d, device)
 
-    def compress(self, grad: Tensor, density: float) -> Payload:
-        """u = g + e, then the payload. `grad` may be overwritten (it may become u)."""
-        return self.compressor.compress(self.memory.compensate(grad), density)
+    def compress(self, grad: Tensor, density: float) -> tuple[Tensor, Payload]:
+        """u = g + e, and its payload. `grad` may be overwritten (it may become u); u aliases the
+        memory's buffer (or `grad`), so it is valid only until `settle`."""
+        u = self.memory.compensate(grad)
+        return u, self.compressor.compress(u, density)
 
     def settle(self, payload: Payload, reduced: Reduced) -> None:
         """After the collective: e = u - (part of payload that counted as sent)."""

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from ssgd.capture import Capture
 from ssgd.checkpoint import load_checkpoint, save_checkpoint
 from ssgd.comm.ops import RankLog
 from ssgd.data.base import TensorData
@@ -53,8 +54,9 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, world: World, model: nn.Module, data: TensorData, scheme: Scheme,
                  make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer], schedule: LRSchedule,
-                 net: AlphaBeta, writer: MetricWriter, seed: int, run_dir: Path, labels: dict | None = None) -> None:
-        self.cfg, self.world, self.data, self.scheme = cfg, world, data, scheme
+                 net: AlphaBeta, writer: MetricWriter, seed: int, run_dir: Path, labels: dict | None = None,
+                 capture: Capture | None = None) -> None:
+        self.cfg, self.world, self.data, self.scheme, self.capture = cfg, world, data, scheme, capture
         self.net, self.writer, self.run_dir, self.labels = net, writer, Path(run_dir), labels or {}
         self.P = world.size
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -81,14 +83,26 @@ class Trainer:
         t1 = time.perf_counter()
         results, logs = self.world.collective(self.scheme.collective, [s.payload for s in local])
         t2 = time.perf_counter()
+        aggregated = results[0].average()
+        capture_s = self._observe(density, local, results, aggregated)
         settle_s = []
         for r, s, res in zip(self.world.local_ranks, local, results):
             ts = time.perf_counter()
             self.replicas[r].sync.settle(s.payload, res)
             settle_s.append(time.perf_counter() - ts)
-        self._apply(results[0].average())
+        self._apply(aggregated)
         t3 = time.perf_counter()
-        return self._step_metrics(local, logs, settle_s, density, wall=(t1 - t0, t2 - t1, t3 - t2))
+        return self._step_metrics(local, logs, settle_s, density, wall=(t1 - t0, t2 - t1, t3 - t2 - capture_s))
+
+    def _observe(self, density: float, local: list[LocalStep], results: list, aggregated: Tensor) -> float:
+        """Capture (analysis, off by default) between the collective and the residual update; returns
+        its seconds, which are kept out of the step's timings."""
+        if self.capture is None or not self.capture.wants(self.step_count + 1):
+            return 0.0
+        start = time.perf_counter()
+        self.capture.observe(self.step_count + 1, self.epoch, density, self.world, [s.u for s in local],
+                             [s.payload for s in local], results, aggregated)
+        return time.perf_counter() - start
 
     def _apply(self, grad: Tensor) -> None:
         for p, g in zip(self.params, grad.split([p.numel() for p in self.params])):
@@ -183,6 +197,8 @@ class Trainer:
             if finished_epoch and cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0:
                 self._checkpoint()
         bar.close()
+        if self.capture is not None:
+            self.capture.close()
         return self._summary(val, totals, time.perf_counter() - start)
 
     def _summary(self, val: dict[str, float], totals: dict[str, float], wall_s: float) -> dict[str, float]:

@@ -2,6 +2,8 @@
 
 Every mpiexec runs under a timeout, so a hang fails the test instead of the CI job.
 """
+import json
+import math
 import os
 import subprocess
 import sys
@@ -38,10 +40,11 @@ def test_collectives_on_real_ranks(n):
 
 
 EQUIV = ["cluster.world_size=3", "trainer.batch_size=256", "trainer.epochs=1", "trainer.checkpoint_every=1",
-         "model.dropout=0.2", "seed=5"]     # 5 steps of 3 x 256 digits, dropout on
+         "model.dropout=0.2", "seed=5", "capture.stats=true", "capture.u_steps=[3]"]
+# 5 steps of 3 x 256 digits, dropout on, capture on (it must work, and agree, on both backends)
 
 
-@pytest.mark.parametrize("compressor", ["dense", "topk", "gtopk", "gaussiank", "randomk"])
+@pytest.mark.parametrize("compressor", ["dense", "topk", "gtopk", "gaussiank", "randomk", "dgcsampling"])
 def test_thread_and_mpi_end_with_the_same_parameters(compressor, tmp_path):
     runs = {}
     for backend in ("thread", "mpi"):
@@ -58,6 +61,13 @@ def test_thread_and_mpi_end_with_the_same_parameters(compressor, tmp_path):
         assert all(torch.equal(x, y) for x, y in zip(a["shared"]["params"], b["shared"]["params"]))
         for r in range(3):      # every rank's residual too
             assert torch.equal(a["ranks"][r]["memory"]["e"], b["ranks"][r]["memory"]["e"])
+    stats = {backend: [json.loads(line) for line in (tmp_path / backend / "capture" / "stats.jsonl").read_text()
+                       .splitlines()] for backend in runs}
+    assert [r["step"] for r in stats["mpi"]] == [1, 2, 3, 4, 5]
+    for x, y in zip(stats["thread"], stats["mpi"]):     # rank 0's u: equal; x = mean of u: MPI's sum order
+        assert x.keys() == y.keys() and all(math.isclose(x[k], y[k], rel_tol=1e-5, abs_tol=1e-12) for k in x)
+    u = [torch.load(tmp_path / b / "capture" / "u_step000003.pt", weights_only=False)["u"] for b in runs]
+    assert torch.allclose(u[0], u[1], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill"])

@@ -61,3 +61,36 @@ def test_cluster_files_cite_their_constants():
     for path in sorted((CONF / "cluster").glob("*.yaml")):
         text = path.read_text()
         assert "alpha" in text and "beta" in text and "#" in text.split("network:")[1], path.name
+
+
+# papers.md 6.1 / 6.2: (lr, batch per worker, epochs, milestones) of each paper pair
+PAPER_SETTING = {("cifar10", "resnet20"): (0.1, 32, 141, [81, 122, 155]),
+                 ("cifar10", "vgg16"): (0.1, 32, 141, [81, 122, 155]),
+                 ("cifar10", "resnet56"): (0.1, 128, 141, [81, 122, 155]),
+                 ("imagenet", "alexnet"): (0.01, 256, 95, [30, 60, 80]),
+                 ("imagenet", "resnet50"): (0.01, 64, 95, [30, 60, 80]),
+                 ("ptb", "lstm_ptb"): (1.0, 20, 50, [63, 63, 80]),
+                 ("mnist", "fnn3"): (0.01, 128, 30, []), ("mnist", "cnn"): (0.01, 128, 80, [])}
+
+
+def test_every_recipe_names_a_dataset_model_pair():
+    pairs = {tuple(name.split("_", 1)) for name in group_options("recipe")}
+    assert pairs == set(PAPER_SETTING)
+    assert all(d in group_options("dataset") and m in group_options("model") for d, m in pairs)
+
+
+@pytest.mark.parametrize("dataset, model", sorted(PAPER_SETTING))
+def test_choosing_a_paper_pair_gets_the_paper_setting(dataset, model):
+    cfg = make_cfg(f"model={model}", f"dataset={dataset}")
+    lr, batch, epochs, milestones = PAPER_SETTING[(dataset, model)]
+    assert (cfg.optimizer.lr, cfg.trainer.batch_size, cfg.trainer.epochs, list(cfg.schedule.milestones)) == \
+        (lr, batch, epochs, milestones)
+    assert make_cfg(f"model={model}", f"dataset={dataset}", "trainer.epochs=3").trainer.epochs == 3   # overrides win
+
+
+def test_laptop_data_keeps_the_global_defaults():
+    base = make_cfg()
+    for overrides in (["model=resnet20", "dataset=synthetic_cifar10"], []):
+        cfg = make_cfg(*overrides)
+        assert (cfg.trainer.epochs, cfg.optimizer.lr, cfg.trainer.batch_size) == \
+            (base.trainer.epochs, base.optimizer.lr, base.trainer.batch_size) == (100, 0.1, 32)

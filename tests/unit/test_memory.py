@@ -29,7 +29,7 @@ def conservation_round(scheme, syncs, grads, density):
     us, payloads = [], []
     for sync, g in zip(syncs, grads):
         e_before = sync.memory.e.clone() if hasattr(sync.memory, "e") else torch.zeros(d)
-        payload = sync.compress(g.clone(), density)
+        _, payload = sync.compress(g.clone(), density)
         us.append((e_before + g).double())        # u = g + e (the float32 sum the scheme must use)
         payloads.append(payload)
     results, _ = run_threads(scheme.collective, payloads)

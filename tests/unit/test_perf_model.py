@@ -1,23 +1,22 @@
 """Iteration-time model: the WFBP timeline (papers.md 4), the S-SGD step model against the cost model,
 scaling efficiency, the shipped profiles and a smoke run of paper_figs/fig_scaling.py."""
 import csv
-import importlib.util
 import json
 import random
-from pathlib import Path
 
 import pytest
+
+from tests.conftest import paper_script
 
 from ssgd.compress.sparse import k_of
 from ssgd.perf import cost, profiles
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.perf.iteration import (SCHEMES, Profile, iteration_seconds, iteration_time, rescale_batch,
-                                 scaling_efficiency)
+                                 scaling_efficiency, threads_step_time)
 from ssgd.perf.make_profiles import PAPER_MODELS
 from ssgd.perf.make_profiles import main as make_profiles_main
 from ssgd.perf.wfbp import no_overlap_seconds, wfbp_seconds, wfbp_starts
 
-ROOT = Path(__file__).resolve().parents[2]
 GBE = AlphaBeta(alpha=4.36e-4, beta=9e-9)             # conf/cluster/32x1gbe.yaml
 TEN_GBE = AlphaBeta(alpha=4.525e-5, beta=1.0667e-9)   # conf/cluster/32x10gbe.yaml
 POWERS = [2**i for i in range(11)]                    # 1 ... 1024
@@ -145,6 +144,44 @@ def test_rescale_batch_scales_compute_only():
     assert big.select_s == prof.select_s and big.params == prof.params
 
 
+# --- the threads backend on one machine ---------------------------------------------------------------
+def test_threads_step_time_hand_computed():
+    """P = 5 workers on K = 2 pool threads: the busiest thread runs ceil(5/2) = 3 workers; the
+    collective and the update run once (alpha 1 ms, beta 1 us/B; d = 231,000, k = 231)."""
+    from dataclasses import replace
+
+    prof = replace(toy(compute=1.0, select=0.06), io_s=0.01, update_s=0.02)
+    net = AlphaBeta(alpha=1e-3, beta=1e-6)
+    t = threads_step_time(prof, "gtopk", 5, 2, net)
+    assert t.forward_s + t.backward_s + t.io_s == pytest.approx(3 * 1.01)
+    assert t.compress_s == pytest.approx(3 * 0.06)
+    assert t.comm_s == pytest.approx(2 * 3 * (1e-3 + 8 * 231 * 1e-6))       # 3 tree rounds up, 3 down
+    assert t.update_s == 0.02
+    assert t.total_s == pytest.approx(3.03 + 0.18 + 0.017088 + 0.02)
+    dense = threads_step_time(prof, "dense", 5, 2, net)                        # ring: 8 steps of 46,200 floats
+    assert dense.comm_s == pytest.approx(8 * (1e-3 + 4 * 46_200 * 1e-6)) and dense.compress_s == 0
+    assert dense.total_s == pytest.approx(3.03 + 1.4864 + 0.02)
+    gauss = threads_step_time(prof, "gaussiank", 5, 2, net, gaussian_factor=1.5)   # 346 pairs per rank
+    assert gauss.compress_s == pytest.approx(3 * 0.015)
+    assert gauss.comm_s == pytest.approx(4 * (1e-3 + 8 * 346 * 1e-6))
+
+
+def test_threads_step_time_limits_and_errors():
+    prof = toy(compute=0.3, select=0.01)
+    for scheme in ("dense", "topk", "gtopk", "gaussiank", "randomk"):
+        # as many threads as workers: one worker per thread, the per-worker model
+        assert threads_step_time(prof, scheme, 4, 8, GBE) == iteration_time(prof, scheme, GBE, 4)
+        one = threads_step_time(prof, scheme, 4, 1, GBE)                        # one thread runs all 4
+        assert one.forward_s == pytest.approx(4 * prof.t_f) and one.compress_s == pytest.approx(
+            4 * iteration_time(prof, scheme, GBE, 4).compress_s)
+    with pytest.raises(ValueError, match="overlap"):
+        threads_step_time(prof, "dense_wfbp", 4, 2, GBE)
+    with pytest.raises(ValueError, match="K="):
+        threads_step_time(prof, "dense", 4, 0, GBE)
+    with pytest.raises(ValueError, match="P="):
+        threads_step_time(prof, "dense", 0, 2, GBE)
+
+
 # --- profiles ---------------------------------------------------------------------------------------
 def test_profile_json_round_trip(tmp_path):
     prof = toy(compute=0.5, select=0.02)
@@ -206,10 +243,7 @@ def test_layer_tables_agree_with_the_package_models(name):
 
 # --- the figure script ------------------------------------------------------------------------------
 def load_fig_scaling():
-    spec = importlib.util.spec_from_file_location("fig_scaling", ROOT / "paper_figs" / "fig_scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paper_script("fig_scaling")
 
 
 def test_paper_closed_forms_match_the_derived_table():

@@ -27,12 +27,16 @@ Scaling efficiency (papers.md 4 and 7): eff(P) = v_P / v_1 with the batch per wo
 per-worker throughput, v_P = bs / t_iter(P) and v_1 = bs / (t_io + t_h2d + t_f + t_b + t_update) is the
 plain single-worker run shared by every scheme (the paper's lists start with one P = 1 entry for all
 methods). Hence eff(1) = 1 for dense, and for a sparse scheme eff(1) < 1 by exactly its selection time.
+
+`threads_step_time` is the same step as the threads backend runs it on one machine (P workers on K
+pool threads), from the same profile and cost functions; `paper_figs/validate_model.py` compares
+both models with real runs.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ssgd.compress.sparse import k_of
@@ -75,6 +79,8 @@ class Profile:
 
     def __post_init__(self) -> None:
         for key in ("layers", "params", "forward_s", "backward_s"):
+            if not isinstance(getattr(self, key), (list, tuple)):
+                raise ValueError(f"profile {self.name!r}: {key} must be a list, got {getattr(self, key)!r}")
             object.__setattr__(self, key, tuple(getattr(self, key)))
         n = len(self.layers)
         if n == 0:
@@ -117,15 +123,26 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: dict) -> Profile:
+        """The profile of a `to_dict` mapping; ValueError (one line) on anything else."""
+        known = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        if not isinstance(data, dict):
+            raise ValueError(f"profile: expected a JSON object with keys {sorted(required)}, "
+                             f"got {type(data).__name__}")
         data = dict(data)
         version = data.pop("format", PROFILE_FORMAT)
         if version != PROFILE_FORMAT:
             raise ValueError(f"profile format {version!r}: this code reads format {PROFILE_FORMAT}")
-        known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"profile: unknown keys {unknown}; allowed: {sorted(known)}")
-        return cls(**data)
+        missing = sorted(required - set(data))
+        if missing:
+            raise ValueError(f"profile: missing keys {missing}")
+        try:
+            return cls(**data)
+        except TypeError as err:                  # e.g. a number where a list belongs
+            raise ValueError(f"profile {data.get('name')!r}: {err}") from err
 
     def save(self, path: str | Path) -> None:
         """Write the profile as JSON (2-space indent, trailing newline)."""
@@ -133,7 +150,12 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a `save`d profile; OSError if the file cannot be read, ValueError if it is not a profile."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not JSON ({err})") from err
+        return cls.from_dict(data)
 
 
 def rescale_batch(profile: Profile, batch_size: int) -> Profile:
@@ -246,3 +268,37 @@ def scaling_efficiency(profile: Profile, scheme: str, net: AlphaBeta, P: int, de
                        gaussian_factor: float = 1.0) -> float:
     """eff(P) = v_P / v_1 = t_single / t_iter(P), v_1 the plain single-worker run (papers.md 4, 7)."""
     return profile.single_worker_seconds() / iteration_seconds(profile, scheme, net, P, density, gaussian_factor)
+
+
+def threads_step_time(profile: Profile, scheme: str, P: int, K: int, net: AlphaBeta,
+                      density: float = DEFAULT_DENSITY, gaussian_factor: float = 1.0) -> IterationTime:
+    """Modelled step of the trainer under ``backend=thread`` on ONE machine (`ssgd.world.ThreadWorld`).
+
+    There the P virtual workers do not each own a machine, so the step is not `iteration_time`'s.
+    Its three phases (README "How P workers run on one machine"; shared/reference/threads.md):
+
+      * compute phase: the workers run on K' = min(K, P) pool threads, each thread running its
+        ceil(P / K') workers one after another with one intra-op thread; a worker spends the
+        profile's single-thread io + h2d + forward + backward + selection, and the phase lasts as
+        long as the busiest thread: ceil(P / K') x that;
+      * collective phase: the scheme's one collective over all P ranks, in the calling thread,
+        costed by the same alpha-beta functions (`comm_seconds`) with `net` (on one machine, the
+        `local` cluster's shared-memory constants);
+      * update phase: one optimizer step on the shared parameters (the profile's update_s).
+
+    The parts of the returned `IterationTime` are those phases' shares: forward_s, backward_s,
+    io_s, h2d_s and compress_s are ceil(P / K') times the profile's; comm_s and update_s are
+    `iteration_time`'s. Assumes K' idle cores, no contention for Python's global lock or memory
+    bandwidth between the pool threads, no pool overhead, and (as `iteration_time`) no modelled
+    cost for the residual update or the executor's per-call Python work. ``dense_wfbp`` is
+    rejected: the trainer does not overlap.
+    """
+    if scheme == "dense_wfbp":
+        raise ValueError("scheme='dense_wfbp': the trainer does not overlap communication with backward; "
+                         "use 'dense'")
+    if isinstance(K, bool) or not isinstance(K, int) or K < 1:
+        raise ValueError(f"K={K!r}: must be an int >= 1 (pool threads)")
+    one = iteration_time(profile, scheme, net, P, density, gaussian_factor)
+    n = math.ceil(P / min(K, P))
+    return replace(one, io_s=n * one.io_s, h2d_s=n * one.h2d_s, forward_s=n * one.forward_s,
+                   backward_s=n * one.backward_s, compress_s=n * one.compress_s)

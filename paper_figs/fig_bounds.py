@@ -1,0 +1,78 @@
+"""||u - TopK(u)||^2 / ||u||^2 over training against the bounds, and the IJCAI delta ratio (papers.md 5).
+
+    python paper_figs/fig_bounds.py [--runs paper_figs/runs] [--out paper_figs/out]
+
+Reads `<run>/capture/stats.jsonl` (`capture.stats=true`) of every run under --runs.
+Top row, one panel per (model, density) of the Top-k runs: per step, ||u - TopK(u)||^2 / ||u||^2 of
+rank 0's u, the same for Random-k at the same k, and the bounds 1 - k/d (always true) and (1 - k/d)^2
+(the Top-k paper's, which assumes a bell-shaped u). Bottom: the IJCAI ratio per epoch,
+delta = mean ||x - A(x)||^2 / mean ||x - RandK(x)||^2 with x the workers' mean u and A the scheme's
+aggregate (gTop-k runs first), expected at or just below 1 (dotted line).
+Writes fig_bounds.{png,pdf,csv} (per step) and fig_bounds_delta.csv (per epoch).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import analysis as an
+from figlib import OUT, RUNS, Run, find_runs, plt, require, save, write_csv
+
+
+def stats_runs(runs: list[Run]) -> list[tuple[Run, list[dict]]]:
+    return [(run, stats) for run in runs if (stats := run.capture_stats())]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default=str(RUNS), help="folder searched for run directories")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    runs = require(stats_runs(find_runs(Path(args.runs))), Path(args.runs), "capture statistics (capture.stats)")
+    topk = sorted([rs for rs in runs if rs[0].scheme == "topk"], key=lambda rs: (rs[0].model, rs[0].density))
+    delta_runs = sorted([rs for rs in runs if "ijcai/err_scheme" in rs[1][-1] and rs[0].scheme != "dense"],
+                        key=lambda rs: (rs[0].scheme != "gtopk", rs[0].model, rs[0].density))
+    ncol = max(len(topk), 1)
+    fig = plt.figure(figsize=(3.6 * ncol, 6.4))
+    grid = fig.add_gridspec(2, ncol)
+    rows: list[list] = []
+    for col, (run, stats) in enumerate(topk):
+        ax = fig.add_subplot(grid[0, col])
+        steps = [s["step"] for s in stats]
+        for key, label, style in (("ratio/topk", "Top-k", "C0-"), ("ratio/randk", "Random-k", "C1-"),
+                                  ("bound/linear", "1 - k/d", "k--"), ("bound/square", "(1 - k/d)^2", "C3:")):
+            ax.plot(steps, [s[key] for s in stats], style, lw=1, label=label)
+        ax.set_title(f"{run.model}, Top-k, rho = {run.density:g}", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if col == 0:
+            ax.set_ylabel("||u - C(u)||^2 / ||u||^2", fontsize=8)
+            ax.legend(fontsize=7)
+        rows += [[run.path.name, run.model, run.scheme, run.density, s["step"], s["epoch"], s["ratio/topk"],
+                  s["ratio/randk"], s["bound/linear"], s["bound/square"], s["u/kurtosis"]] for s in stats]
+    ax = fig.add_subplot(grid[1, :])
+    delta_rows: list[list] = []
+    for run, stats in delta_runs:
+        epochs, delta = an.epoch_delta([s["epoch"] for s in stats], [s["ijcai/err_scheme"] for s in stats],
+                                       [s["ijcai/err_randk"] for s in stats])
+        ax.plot(epochs, delta, "o-", ms=3, label=f"{run.scheme} / Random-k, {run.model}, rho = {run.density:g}")
+        delta_rows += [[run.path.name, run.model, run.scheme, run.density, int(e), float(v)] for e, v in zip(epochs, delta)]
+    ax.axhline(1.0, color="k", ls=":", lw=1)
+    ax.set_xlabel("epoch", fontsize=8)
+    ax.set_ylabel("delta = mean ||x - A(x)||^2 / mean ||x - RandK(x)||^2", fontsize=8)
+    ax.set_title("IJCAI ratio (x = workers' mean of u; A = the scheme's aggregate)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    header = ["run", "model", "scheme", "density", "step", "epoch", "ratio_topk", "ratio_randk", "bound_linear",
+              "bound_square", "kurtosis"]
+    out = Path(args.out)
+    written = save(fig, out, "fig_bounds", header, rows)
+    write_csv(out / "fig_bounds_delta.csv", ["run", "model", "scheme", "density", "epoch", "delta"], delta_rows)
+    for path in [*written, out / "fig_bounds_delta.csv"]:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
