@@ -31,7 +31,6 @@ from ssgd.compress.base import Compressor  # noqa: E402
 from ssgd.compress.dgc import DGCSampling  # noqa: E402
 from ssgd.compress.gaussiank import GaussianK  # noqa: E402
 from ssgd.compress.randomk import RandomK  # noqa: E402
-from ssgd.compress.sparse import k_of  # noqa: E402
 from ssgd.compress.topk import TopK  # noqa: E402
 
 # name -> factory(seed): every selector gets a fresh, seeded generator (never the global RNG)

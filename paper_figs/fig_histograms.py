@@ -57,9 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default=str(RUNS), help="folder searched for run directories")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
-    chosen = pick_runs(require(find_runs(Path(args.runs)), Path(args.runs), "u snapshots (capture.u_steps)"))
-    if not chosen:
-        require([], Path(args.runs), "u snapshots (capture.u_steps)")
+    chosen = pick_runs(find_runs(Path(args.runs)))
+    require(list(chosen.values()), Path(args.runs), "u snapshots (capture.u_steps)")
     models = sorted(chosen)
     fig, axes = plt.subplots(len(models), MAX_PANELS + 1, figsize=(4.0 * (MAX_PANELS + 1), 3.2 * len(models)),
                              squeeze=False)
