@@ -2,7 +2,7 @@
 
     python src/train.py                                   # FNN-3, embedded MNIST, gTop-k, 4 workers
     python src/train.py compressor=gtopk cluster=32x1gbe  # 32 virtual workers, 1 GbE modelled
-    python src/train.py -m compressor=dense,topk,gtopk    # Hydra multirun
+    python src/train.py -m compressor=dense,topk,gtopk    # Hydra multirun (also glob(*), choice(...), range(...))
 
 Outputs go to the Hydra run directory: .hydra/ (composed config), metrics.jsonl, summary.json,
 wandb/ (offline). Bad configuration: one line on stderr, exit status 2.
@@ -21,44 +21,29 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+import ssgd.config  # noqa: E402,F401  (registers the schema `base_config` in Hydra's ConfigStore)
 from ssgd.errors import ConfigError  # noqa: E402
+from ssgd.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
 
-
-GROUPS = ("model", "dataset", "compressor", "cluster")
-CONF = Path(__file__).resolve().parent.parent / "conf"
-
-
-def check_group_choices(argv: list[str]) -> str | None:
-    """One-line error for `group=option` overrides naming no file in conf/<group>/ (Hydra's own
-    message spans many lines); None when every choice exists. Multirun lists are checked item by item."""
-    if any(a.startswith(("-cd", "--config-dir", "-cp", "--config-path")) for a in argv):
-        return None   # another config tree: leave the checks to Hydra
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if sep and key.lstrip("+~") in GROUPS:
-            group = key.lstrip("+~")
-            allowed = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-            for option in value.split(","):
-                if option not in allowed:
-                    return f"{group}={option}: no such option; allowed: {', '.join(allowed)}"
-    return None
+EXIT_BAD_INPUT = 2
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     from ssgd import build  # after Hydra has parsed the command line: `--help` stays fast
+    from ssgd.config import Backend
     from ssgd.report import report
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        if cfg.backend == "mpi":
+        spec = build.spec(cfg)
+        if spec.config.backend is Backend.mpi:
             from ssgd.launch import launch, prepare, worker_command
 
-            build.validate(cfg)
-            if not cfg.mpi.launch:        # the user runs the workers under their own mpirun / srun
+            if not spec.config.mpi.launch:        # the user runs the workers under their own mpirun / srun
                 command = " ".join(worker_command(prepare(cfg, run_dir)))
-                print(f"wrote {run_dir / 'worker_config.yaml'}; run the {cfg.cluster.world_size} workers with\n"
-                      f"  mpirun -np {cfg.cluster.world_size} [your mpirun options] {command}")
+                print(f"wrote {run_dir / 'worker_config.yaml'}; run the {spec.world_size} workers with\n"
+                      f"  mpirun -np {spec.world_size} [your mpirun options] {command}")
                 return 0.0
             status = launch(cfg, run_dir)
             if status != 0:
@@ -66,15 +51,15 @@ def main(cfg: DictConfig) -> float:
                       file=sys.stderr)
                 sys.exit(status)
             return 0.0
-        trainer, writer, world = build.trainer(cfg, run_dir)
+        trainer, writer, world = build.trainer(spec, run_dir)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     try:
         summary = trainer.fit()
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     finally:
         world.close()
         writer.close()
@@ -84,7 +69,12 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    if (problem := check_group_choices(sys.argv[1:])) is not None:
-        print(f"error: {problem}", file=sys.stderr)
-        sys.exit(2)
-    main()
+    full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"     # let composition errors reach us instead of Hydra's report
+    try:
+        main()
+    except COMPOSITION_ERRORS as err:        # bad overrides or group files (ours exit inside main)
+        if full:
+            raise
+        print(f"error: {one_line_error(err)}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)

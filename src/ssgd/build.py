@@ -1,53 +1,108 @@
-"""Turn a composed Hydra config into the objects of one run, validating it on the way.
+"""Turn a composed config into the objects of one run: checked once (`spec`), built once (`trainer`).
 
-Every check raises `ConfigError` with a message that names the offending key and what is allowed;
-`src/train.py` prints it as one line and exits with status 2.
+`spec(cfg)` does every check that needs no data and no world (the MPI launcher runs it before it starts
+any rank) and builds the cheap objects: the network model, the scheme's factories, the LR schedule and
+the optimizer factory. `trainer(spec, run_dir)` then loads the data, builds the model and the world and
+wires the trainer, without building anything a second time.
+
+Every problem is a `ConfigError` whose message names the offending key and what is allowed;
+`src/train.py` prints it as one line and exits with status 2. Constructors below this layer raise
+ValueError/TypeError with messages of the form `param=value: ...`; `built` prefixes the config node.
 """
 from __future__ import annotations
 
-from functools import partial
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from ssgd.capture import Capture, CaptureConfig
+from ssgd.capture import Capture
 from ssgd.compress.base import Compressor
+from ssgd.config import Config, check_all_targets, check_keys, one_line, to_plain
 from ssgd.data.base import TensorData
 from ssgd.errors import ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.schedule import LRSchedule
 from ssgd.sync import DensitySchedule, Scheme
-from ssgd.trainer import Trainer, TrainConfig
-from ssgd.utils.metrics import WANDB_MODES, MetricWriter
+from ssgd.trainer import Trainer
+from ssgd.utils.metrics import MetricWriter
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import ThreadWorld, World
 
-BACKENDS = ("thread", "mpi")
+T = TypeVar("T")
+OptimizerFactory = Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
 
 
-def _instantiate(node: DictConfig, key: str, **kwargs):
-    """hydra.utils.instantiate with its errors turned into one-line ConfigErrors naming `key`."""
+def built(key: str, make: Callable[[], T], node: Any = None) -> T:
+    """make(), with a failure turned into a one-line ConfigError about config node `key`.
+
+    A ValueError/TypeError "name=value: reason" from a constructor becomes "key.name=value: reason" when
+    `name` is a key of `node`; any other message becomes "key: message". ConfigErrors pass through.
+    """
     try:
-        return instantiate(node, **kwargs)
+        return make()
+    except ConfigError:
+        raise
     except InstantiationException as err:
-        cause = err.__cause__ if isinstance(err.__cause__, ConfigError) else None
-        if cause is not None:
+        cause = err.__cause__
+        if isinstance(cause, ConfigError):
             raise cause from None
-        raise ConfigError(f"{key}: {str(err).splitlines()[0]}") from None
+        message = str(cause) if isinstance(cause, (ValueError, TypeError)) else str(err).splitlines()[0]
+    except (ValueError, TypeError) as err:
+        message = str(err)
+    message = message.strip().splitlines()[0] if message.strip() else "invalid value"
+    name = re.match(r"^(\w+)=", message)
+    if name and isinstance(node, DictConfig) and name.group(1) in node:
+        raise ConfigError(f"{key}.{message}") from None
+    raise ConfigError(f"{key}: {message}") from None
 
 
-def _positive_int(value, key: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r}: must be an integer >= {minimum}")
-    return value
+@dataclass(frozen=True)
+class RunSpec:
+    """A checked configuration and the objects that need neither data nor a world."""
+
+    cfg: DictConfig                   # the composed config, typed by the schema
+    config: Config                    # the same as dataclasses (`trainer`, `capture`, `wandb`, ...)
+    network: AlphaBeta
+    scheme: Scheme
+    schedule: LRSchedule
+    make_optimizer: OptimizerFactory
+    device: torch.device
+
+    @property
+    def world_size(self) -> int:
+        return self.config.cluster.world_size
 
 
-def world_size(cfg: DictConfig) -> int:
-    return _positive_int(cfg.cluster.world_size, "cluster.world_size")
+def typed(cfg: DictConfig) -> Config:
+    """The config as schema dataclasses; their `__post_init__` range checks run here."""
+    try:
+        return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        if isinstance(err.__cause__, ConfigError):
+            raise err.__cause__ from None
+        raise ConfigError(one_line(err)) from None
+
+
+def spec(cfg: DictConfig) -> RunSpec:
+    """Check `cfg` completely (except what needs the data or a world) and build its cheap objects."""
+    check_keys(cfg)
+    check_all_targets(cfg)
+    config = typed(cfg)
+    P = config.cluster.world_size
+    net = config.cluster.network
+    make_optimizer = optimizer_factory(cfg)
+    return RunSpec(cfg=cfg, config=config, network=AlphaBeta(alpha=net.alpha, beta=net.beta),
+                   scheme=scheme(cfg, config.seed), schedule=lr_schedule(cfg, P), make_optimizer=make_optimizer,
+                   device=device(config.device))
 
 
 def network(cfg: DictConfig) -> AlphaBeta:
@@ -57,129 +112,88 @@ def network(cfg: DictConfig) -> AlphaBeta:
 
 def scheme(cfg: DictConfig, seed: int) -> Scheme:
     c = cfg.compressor
-    density = DensitySchedule(c.density, tuple(c.density_warmup or ()))
-    make_compress = _instantiate(c.compress, "compressor.compress")
-    make_memory = _instantiate(c.memory, "compressor.memory")
+    make_compress = built("compressor.compress", lambda: instantiate(c.compress), c.compress)
+    make_memory = built("compressor.memory", lambda: instantiate(c.memory), c.memory)
+    collective = built("compressor.collective", lambda: instantiate(c.collective), c.collective)
+    density = built("compressor", lambda: DensitySchedule(c.density, tuple(c.density_warmup or ())), c)
 
     def make_compressor(rank: int) -> Compressor:
         return make_compress(generator=rank_generator(seed, rank, "compressor"))
 
+    built("compressor.compress", lambda: make_compressor(0), c.compress)     # the constructor's own checks
     return Scheme(name=c.name, make_compressor=make_compressor,
                   make_memory=lambda d, device="cpu": make_memory(d=d, device=device),
-                  collective=_instantiate(c.collective, "compressor.collective"), density=density)
-
-
-def train_config(cfg: DictConfig) -> TrainConfig:
-    t = OmegaConf.to_container(cfg.trainer, resolve=True)
-    try:
-        tc = TrainConfig(**t)
-    except TypeError as err:
-        raise ConfigError(f"trainer: {err}") from None
-    _positive_int(tc.batch_size, "trainer.batch_size")
-    _positive_int(tc.epochs, "trainer.epochs")
-    _positive_int(tc.eval_every, "trainer.eval_every")
-    _positive_int(tc.log_every, "trainer.log_every")
-    _positive_int(tc.checkpoint_every, "trainer.checkpoint_every", minimum=0)
-    if tc.max_steps is not None:
-        _positive_int(tc.max_steps, "trainer.max_steps")
-    if tc.grad_clip is not None and not tc.grad_clip > 0:
-        raise ConfigError(f"trainer.grad_clip={tc.grad_clip!r}: must be null or > 0")
-    return tc
-
-
-def capture_config(cfg: DictConfig) -> CaptureConfig:
-    c = OmegaConf.to_container(cfg.get("capture") or {}, resolve=True)
-    if not isinstance(c.get("u_steps", []) or [], list):
-        raise ConfigError(f"capture.u_steps={c['u_steps']!r}: must be a list of step numbers, e.g. [1,100]")
-    try:
-        return CaptureConfig(**{**c, "u_steps": tuple(c.get("u_steps") or ())})
-    except TypeError as err:
-        raise ConfigError(f"capture: {err}") from None
+                  collective=collective, density=density)
 
 
 def lr_schedule(cfg: DictConfig, P: int) -> LRSchedule:
-    s, lr = cfg.schedule, cfg.optimizer.lr
-    start = lr / P if s.warmup_start is None else s.warmup_start
-    return LRSchedule(lr=lr, warmup_epochs=s.warmup_epochs, warmup_start=start,
-                      milestones=tuple(s.milestones), gamma=s.gamma)
+    make = built("schedule", lambda: instantiate(cfg.schedule), cfg.schedule)
+    return built("schedule", lambda: make(lr=learning_rate(cfg), world_size=P), cfg.schedule)
 
 
-def optimizer_factory(cfg: DictConfig):
-    o = cfg.optimizer
-    for key in ("momentum", "weight_decay"):
-        if not o[key] >= 0:
-            raise ConfigError(f"optimizer.{key}={o[key]!r}: must be >= 0")
-    return partial(torch.optim.SGD, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
-                   nesterov=o.nesterov)
+def learning_rate(cfg: DictConfig) -> float:
+    if "lr" not in cfg.optimizer:
+        raise ConfigError(f"optimizer: needs an `lr` key (the LR schedule scales it); {cfg.optimizer._target_} has none")
+    return built("optimizer", lambda: LRSchedule(lr=cfg.optimizer.lr).lr, cfg.optimizer)
+
+
+def optimizer_factory(cfg: DictConfig) -> OptimizerFactory:
+    """The configured torch.optim class with its settings, applied to the aggregated gradient.
+
+    Called once here on a throwaway parameter, so torch's own argument checks run before training."""
+    learning_rate(cfg)
+    make = built("optimizer", lambda: instantiate(cfg.optimizer), cfg.optimizer)
+    built("optimizer", lambda: make([torch.nn.Parameter(torch.zeros(1))]), cfg.optimizer)
+    return make
 
 
 def dataset(cfg: DictConfig) -> TensorData:
-    return _instantiate(cfg.dataset, "dataset")
+    return built("dataset", lambda: instantiate(cfg.dataset), cfg.dataset)
 
 
-def device(cfg: DictConfig) -> torch.device:
+def device(name: str) -> torch.device:
     """`device`: cpu (default; the bitwise guarantees are measured there), cuda or cuda:N."""
     try:
-        dev = torch.device(cfg.device)
+        dev = torch.device(name)
     except (RuntimeError, TypeError):
-        raise ConfigError(f"device={cfg.device!r}: must be cpu, cuda or cuda:N") from None
+        raise ConfigError(f"device={name!r}: must be cpu, cuda or cuda:N") from None
     if dev.type not in ("cpu", "cuda"):
-        raise ConfigError(f"device={cfg.device!r}: must be cpu, cuda or cuda:N")
+        raise ConfigError(f"device={name!r}: must be cpu, cuda or cuda:N")
     if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-        raise ConfigError(f"device={cfg.device!r}: no such CUDA device here (torch.cuda.is_available() is "
+        raise ConfigError(f"device={name!r}: no such CUDA device here (torch.cuda.is_available() is "
                           f"{torch.cuda.is_available()}); use device=cpu")
     return dev
 
 
 def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)            # identical initial weights on every rank and backend
-    m = _instantiate(cfg.model, "model", spec=data.spec)
+    m = built("model", lambda: instantiate(cfg.model, spec=data.spec), cfg.model)
     if has_global_dropout(m):
         raise ConfigError("model: uses torch.nn.Dropout (process-global RNG, nondeterministic with virtual "
                           "workers); use ssgd.models.GenDropout")
-    return m.to(device(cfg))
+    return m.to(device(cfg.device))
 
 
-def validate(cfg: DictConfig) -> None:
-    """The checks that need no data or model: run by the MPI launcher before it starts ranks."""
-    if cfg.backend not in BACKENDS:
-        raise ConfigError(f"backend={cfg.backend!r}: must be one of {', '.join(BACKENDS)}")
-    _positive_int(cfg.seed, "seed", minimum=0)
-    # each builder below raises ConfigError on a bad value; the objects themselves are not needed here
-    lr_schedule(cfg, world_size(cfg))
-    network(cfg)
-    train_config(cfg)
-    capture_config(cfg)
-    optimizer_factory(cfg)
-    scheme(cfg, cfg.seed)
-    if cfg.threads is not None:
-        _positive_int(cfg.threads, "threads")
-    device(cfg)
-    if cfg.wandb.mode not in WANDB_MODES:
-        raise ConfigError(f"wandb.mode={cfg.wandb.mode!r}: must be one of {', '.join(WANDB_MODES)}")
-
-
-def trainer(cfg: DictConfig, run_dir: Path, world: World | None = None) -> tuple[Trainer, MetricWriter, World]:
-    """Validate `cfg` and build everything a run needs; `world` defaults to a `ThreadWorld`
-    (the MPI worker passes its `MPIWorld`)."""
-    validate(cfg)
-    seed, P, net, tc = cfg.seed, world_size(cfg), network(cfg), train_config(cfg)
-    sch, schedule, make_opt = scheme(cfg, seed), lr_schedule(cfg, P), optimizer_factory(cfg)
-    data = dataset(cfg)
-    mdl = model(cfg, data, seed)
-    labels = {"compressor": cfg.compressor.name, "cluster": cfg.cluster.name, "model": cfg.model._target_,
-              "dataset": data.spec.name, "backend": cfg.backend, "seed": seed}
-    world = world or ThreadWorld(P, cfg.threads)
+def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None) -> tuple[Trainer, MetricWriter, World]:
+    """Build everything a run needs (checking `cfg` first unless it is already a `RunSpec`); `world`
+    defaults to a `ThreadWorld` (the MPI worker passes its `MPIWorld`)."""
+    s = cfg if isinstance(cfg, RunSpec) else spec(cfg)
+    c = s.config
+    data = dataset(s.cfg)
+    mdl = model(s.cfg, data, c.seed)
+    labels = {"compressor": c.compressor.name, "cluster": c.cluster.name, "model": s.cfg.model._target_,
+              "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
+    world = world or ThreadWorld(s.world_size, c.threads)
     try:
-        writer = MetricWriter(run_dir, cfg.wandb.mode, cfg.wandb.project,
-                              OmegaConf.to_container(cfg, resolve=True), cfg.wandb.name, enabled=world.is_root)
+        writer = MetricWriter(run_dir, c.wandb.mode.value, c.wandb.project, to_plain(s.cfg), c.wandb.name,
+                              enabled=world.is_root)
     except BaseException:
         world.close()
         raise
-    cap = capture_config(cfg)
     try:
-        capture = Capture(cap, run_dir, seed, world.is_root, sch.name) if cap.enabled else None
-        tr = Trainer(tc, world, mdl, data, sch, make_opt, schedule, net, writer, seed, run_dir, labels, capture)
+        capture = Capture(c.capture, run_dir, c.seed, world.is_root, s.scheme.name) if c.capture.enabled else None
+        tr = Trainer(c.trainer, world, mdl, data, s.scheme, s.make_optimizer, s.schedule, s.network, writer, c.seed,
+                     run_dir, labels, capture)
     except BaseException:
         world.close()
         writer.close()

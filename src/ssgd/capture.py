@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,33 +33,9 @@ from ssgd.comm.base import Payload, Reduced, accounted
 from ssgd.comm.dense import DenseAllreduce
 from ssgd.compress.randomk import sample_distinct
 from ssgd.compress.sparse import Sparse, k_of
-from ssgd.errors import ConfigError
+from ssgd.config import CaptureConfig
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import World
-
-
-@dataclass(frozen=True)
-class CaptureConfig:
-    """`capture:` in conf/config.yaml."""
-
-    stats: bool = False
-    every: int = 1
-    u_steps: tuple[int, ...] = ()
-    delta: bool = True
-
-    def __post_init__(self) -> None:
-        for key in ("stats", "delta"):
-            if not isinstance(getattr(self, key), bool):
-                raise ConfigError(f"capture.{key}={getattr(self, key)!r}: must be true or false")
-        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise ConfigError(f"capture.every={self.every!r}: must be an integer >= 1")
-        for s in self.u_steps:
-            if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-                raise ConfigError(f"capture.u_steps: {s!r} is not a step number (integers >= 1)")
-
-    @property
-    def enabled(self) -> bool:
-        return self.stats or bool(self.u_steps)
 
 
 def sq_norm(x: Tensor) -> float:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ssgd.config import to_plain
 from ssgd.errors import ConfigError
 
 WORKER_CONFIG = "worker_config.yaml"
@@ -63,7 +64,7 @@ def prepare(cfg: DictConfig, run_dir: Path) -> Path:
     """Save the resolved config the workers read; returns its path."""
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / WORKER_CONFIG
-    OmegaConf.save(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)), config_path)
+    OmegaConf.save(OmegaConf.create(to_plain(cfg)), config_path)
     return config_path
 
 

@@ -16,7 +16,6 @@ from torch import Tensor
 from ssgd.comm.base import Collective, Payload, Reduced, accounted
 from ssgd.compress.base import Compressor
 from ssgd.compress.memory import NoMemory, ResidualMemory
-from ssgd.errors import ConfigError
 
 Memory = NoMemory | ResidualMemory
 
@@ -33,9 +32,9 @@ class DensitySchedule:
     warmup: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        for key, value in [("density", self.density)] + [(f"density_warmup[{i}]", v) for i, v in enumerate(self.warmup)]:
+        for key, value in [("density", self.density)] + [(f"warmup[{i}]", v) for i, v in enumerate(self.warmup)]:
             if not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-                raise ConfigError(f"compressor.{key}={value!r}: must be a number in (0, 1]")
+                raise ValueError(f"{key}={value!r}: must be a number in (0, 1]")
 
     def __call__(self, epoch: int) -> float:
         return self.warmup[epoch] if epoch < len(self.warmup) else self.density

@@ -12,7 +12,6 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,6 +21,7 @@ from tqdm import tqdm
 from ssgd.capture import Capture
 from ssgd.checkpoint import load_checkpoint, save_checkpoint
 from ssgd.comm.ops import RankLog
+from ssgd.config import TrainConfig
 from ssgd.data.base import TensorData
 from ssgd.data.loader import ShardedLoader
 from ssgd.perf.alphabeta import AlphaBeta
@@ -31,22 +31,6 @@ from ssgd.sync import RankSync, Scheme, counts_of
 from ssgd.utils.metrics import MetricWriter
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import World
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Loop settings (conf/config.yaml `trainer:`)."""
-
-    batch_size: int = 32            # samples per worker per step (weak scaling)
-    epochs: int = 10
-    max_steps: int | None = None    # stop early after this many steps in total
-    eval_every: int = 1             # epochs between evaluations (and after the last step)
-    log_every: int = 10             # steps per metrics.jsonl record (values are interval means)
-    grad_clip: float | None = None  # max L2 norm of the aggregated gradient
-    checkpoint_every: int = 0       # epochs between checkpoints (0: never)
-    resume: str | None = None       # path of a checkpoint.pt to continue from
-    progress: bool = True           # tqdm progress bar on stderr
-    eval_batch: int = 1000
 
 
 class Trainer:

@@ -39,13 +39,13 @@ def inject_fault(trainer, rank: int, debug) -> None:
     import os
     import signal
 
-    if debug is None or debug.get("fail_rank") is None or debug.fail_rank != rank:
+    if debug.fail_rank is None or debug.fail_rank != rank:
         return
     step = trainer.step
 
     def failing_step(it: int, density: float) -> dict:
         if trainer.step_count + 1 == debug.fail_step:
-            if debug.fail_mode == "kill":
+            if debug.fail_mode.value == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure at step {debug.fail_step} (debug.fail_rank={rank})")
         return step(it, density)
@@ -54,7 +54,7 @@ def inject_fault(trainer, rank: int, debug) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from ssgd import build
+    from ssgd import build, config
     from ssgd.errors import ConfigError
     from ssgd.mpi_world import MPIWorld
 
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     try:
         if not path.is_file():
             raise ConfigError(f"{path}: no such worker config (written by `python src/train.py backend=mpi`)")
-        cfg = OmegaConf.load(path)
+        cfg = config.load(OmegaConf.load(path))
         if cfg.cluster.world_size != world.size:
             raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this MPI job has {world.size} ranks; "
                               f"start it with mpiexec -n {cfg.cluster.world_size} or set cluster.world_size={world.size}")
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
         if world.is_root:                     # every rank sees the same config error: say it once
             print(f"error: {err}", file=sys.stderr)
         return 2
-    inject_fault(trainer, world.rank, cfg.get("debug"))
+    inject_fault(trainer, world.rank, cfg.debug)
     try:
         summary = trainer.fit()
     except Exception as err:

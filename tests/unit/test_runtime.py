@@ -8,7 +8,6 @@ import torch
 from conftest import make_cfg, train
 from ssgd import build
 from ssgd.compress.sparse import k_of
-from ssgd.errors import ConfigError
 from ssgd.perf import cost
 from ssgd.schedule import LRSchedule
 from ssgd.sync import DensitySchedule
@@ -31,8 +30,18 @@ def test_warmup_starts_at_lr_over_P_by_default():
 def test_density_warmup_per_epoch():
     d = DensitySchedule(0.001, (0.015625, 0.004))
     assert [d(e) for e in range(4)] == [0.015625, 0.004, 0.001, 0.001]
-    with pytest.raises(ConfigError, match="compressor.density"):
+    with pytest.raises(ValueError, match=r"^density=0\.0: must be a number in \(0, 1\]"):
         DensitySchedule(0.0)
+
+
+def test_lr_schedule_refuses_every_setting_that_gives_a_non_finite_or_negative_lr():
+    for kwargs, key in [({"lr": float("inf")}, "lr"), ({"lr": 0.1, "warmup_start": -1.0}, "warmup_start"),
+                        ({"lr": 0.1, "gamma": float("nan")}, "gamma"),
+                        ({"lr": 0.1, "gamma": 1e200, "milestones": (1, 2)}, "gamma"),
+                        ({"lr": 0.1, "milestones": (float("inf"),)}, "milestones"),
+                        ({"lr": 0.1, "warmup_epochs": float("nan")}, "warmup_epochs")]:
+        with pytest.raises(ValueError, match=rf"^{key}="):
+            LRSchedule(**kwargs)
 
 
 def test_pool_threads_use_one_intra_op_thread_and_cover_every_rank_once():

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ssgd.errors import ConfigError
 
 WANDB_MODES = ("disabled", "offline", "online")
 
@@ -29,7 +28,7 @@ class MetricWriter:
     def __init__(self, run_dir: str | Path, wandb_mode: str = "offline", project: str = "ssgd",
                  config: dict | None = None, name: str | None = None, enabled: bool = True) -> None:
         if wandb_mode not in WANDB_MODES:
-            raise ConfigError(f"wandb.mode={wandb_mode!r}: must be one of {', '.join(WANDB_MODES)}")
+            raise ValueError(f"wandb_mode={wandb_mode!r}: must be one of {', '.join(WANDB_MODES)}")
         self.run_dir, self.enabled = Path(run_dir), enabled
         self.file = None
         self.wandb_run = None

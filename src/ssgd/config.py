@@ -1,0 +1,293 @@
+"""The configuration schema: one dataclass per config node, registered in Hydra's ConfigStore.
+
+`conf/config.yaml` composes `base_config` (the `Config` dataclass below) with one YAML file per group:
+the dataclass fields hold every default and every type, the YAML files are instances that set
+values. Composition refuses a wrong type (`trainer.batch_size=abc`) or an unknown key inside a group
+file; `check_keys` refuses keys appended with `+` (`+trainer.foo=1`, `+foo=1`), which Hydra itself lets
+through. Range checks live in `__post_init__` and name the full key, so one bad value gives one line.
+
+Nodes with a `_target_` (model, dataset, optimizer, schedule and the compressor's compress /
+collective / memory) take their schema from the target's signature: `check_target` refuses a key
+that is not a parameter of the target, and the target's constructor checks the values.
+
+This module imports nothing else from the package, so any layer may take its dataclasses as input.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from dataclasses import MISSING as DC_MISSING
+from dataclasses import dataclass, field, fields, is_dataclass
+from enum import Enum
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+
+from ssgd.errors import ConfigError
+
+
+class Backend(Enum):
+    """How the P ranks run: all in this process (`thread`) or one process per rank (`mpi`)."""
+
+    thread = "thread"
+    mpi = "mpi"
+
+
+class WandbMode(Enum):
+    disabled = "disabled"
+    offline = "offline"     # files under the run directory, no network (default)
+    online = "online"
+
+
+# raise: the rank raises an exception | kill: the rank sends itself SIGKILL ("raise" is a keyword: functional API)
+FailMode = Enum("FailMode", [("raise", "raise"), ("kill", "kill")])
+
+
+def _int_at_least(value: object, key: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r}: must be an integer >= {minimum}")
+
+
+def _finite_at_least(value: object, key: str, minimum: float, strict: bool = False, what: str = "") -> None:
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value > minimum if strict else value >= minimum))
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: must be a finite number {'>' if strict else '>='} {minimum:g}{what}")
+
+
+@dataclass
+class NetworkConfig:
+    """alpha-beta model of one link of the target cluster (Hockney)."""
+
+    alpha: float = MISSING  # seconds per message (latency)
+    beta: float = MISSING   # seconds per byte (inverse bandwidth)
+
+    def __post_init__(self) -> None:
+        _finite_at_least(self.alpha, "cluster.network.alpha", 0.0, what=" (seconds per message)")
+        _finite_at_least(self.beta, "cluster.network.beta", 0.0, what=" (seconds per byte)")
+
+
+@dataclass
+class ClusterConfig:
+    """`cluster:` the TARGET cluster: how many workers and how fast their network is (conf/cluster/)."""
+
+    name: str = MISSING
+    world_size: int = MISSING                  # P, the number of workers
+    network: NetworkConfig = MISSING
+    hostfile: Optional[str] = None             # backend=mpi: mpiexec --hostfile (null: every rank on this machine)
+    mpiexec_args: list[str] = field(default_factory=list)   # extra mpiexec arguments
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.world_size, "cluster.world_size", 1)
+
+
+@dataclass
+class CompressorConfig:
+    """`compressor:` one communication scheme (conf/compressor/): a local compressor, the collective that
+    aggregates its payloads, the error-feedback memory, and the density with its per-epoch warm-up."""
+
+    name: str = MISSING
+    density: float = MISSING                   # k = max(int(d * density), 1)
+    density_warmup: list[float] = field(default_factory=list)   # densities of epochs 0, 1, ... before `density`
+    compress: Any = MISSING                    # _target_: a ssgd.compress.base.Compressor (partial: takes generator)
+    collective: Any = MISSING                  # _target_: a ssgd.comm.base.Collective
+    memory: Any = MISSING                      # _target_: error-feedback memory (partial: takes d, device)
+
+    def __post_init__(self) -> None:
+        values = [("compressor.density", self.density)]
+        values += [(f"compressor.density_warmup[{i}]", v) for i, v in enumerate(self.density_warmup)]
+        for key, value in values:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < value <= 1.0:
+                raise ConfigError(f"{key}={value!r}: must be a number in (0, 1]")
+
+
+@dataclass
+class TrainConfig:
+    """`trainer:` the S-SGD loop."""
+
+    batch_size: int = 32             # samples per worker per step: weak scaling, global batch = P x batch_size
+    epochs: int = 100                # 4,000 embedded digits: 31 steps per epoch at P = 4, 3 at P = 32
+    max_steps: Optional[int] = None  # stop after this many steps in total (null: run all epochs)
+    eval_every: int = 10             # epochs between evaluations (and always after the last step)
+    eval_batch: int = 1000           # samples per evaluation forward pass
+    log_every: int = 10              # steps per metrics.jsonl record (values are interval means)
+    grad_clip: Optional[float] = None  # max L2 norm of the aggregated gradient (PTB: 0.25)
+    checkpoint_every: int = 0        # epochs between checkpoints in the run directory (0: never)
+    resume: Optional[str] = None     # a checkpoint.pt (or its run directory) to continue from
+    progress: bool = True            # progress bar on stderr (on a TTY)
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "epochs", "eval_every", "eval_batch", "log_every"):
+            _int_at_least(getattr(self, key), f"trainer.{key}", 1)
+        _int_at_least(self.checkpoint_every, "trainer.checkpoint_every", 0)
+        if self.max_steps is not None:
+            _int_at_least(self.max_steps, "trainer.max_steps", 1)
+        if self.grad_clip is not None:
+            _finite_at_least(self.grad_clip, "trainer.grad_clip", 0.0, strict=True, what=" or null")
+
+
+@dataclass
+class CaptureConfig:
+    """`capture:` analysis of u = g + e (off by default; see ssgd.capture and docs/analysis-figures.md)."""
+
+    stats: bool = False              # every `every` steps rank 0 appends the statistics of its u to capture/stats.jsonl
+    every: int = 1
+    delta: bool = True               # with stats: the IJCAI ratio's parts (one extra dense allreduce per captured step)
+    u_steps: list[int] = field(default_factory=list)   # steps at which rank 0 saves u and its selection
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.every, "capture.every", 1)
+        for s in self.u_steps:
+            _int_at_least(s, "capture.u_steps[]", 1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.stats or bool(self.u_steps)
+
+
+@dataclass
+class MPIConfig:
+    """`mpi:` settings of backend=mpi."""
+
+    launch: bool = True              # false: only write <run dir>/worker_config.yaml and print the worker command
+    mpiexec: Optional[str] = None    # the MPI launcher to call (null: the virtual environment's own mpiexec)
+
+
+@dataclass
+class WandbConfig:
+    mode: WandbMode = WandbMode.offline
+    project: str = "ssgd"
+    name: Optional[str] = None
+
+
+@dataclass
+class DebugConfig:
+    """Fault injection, to test that backend=mpi never hangs (tests only)."""
+
+    fail_rank: Optional[int] = None  # this MPI rank fails ...
+    fail_step: int = 1               # ... when it starts this step (1-based)
+    fail_mode: FailMode = FailMode["raise"]
+
+
+@dataclass
+class Config:
+    """The whole run (conf/config.yaml composes it; print it with `python src/train.py --cfg job`)."""
+
+    model: Any = MISSING             # _target_: a model factory taking the dataset's spec (conf/model/)
+    dataset: Any = MISSING           # _target_: a dataset loader (conf/dataset/)
+    compressor: CompressorConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    optimizer: Any = MISSING         # _target_: a torch.optim class, partial (conf/optimizer/)
+    schedule: Any = MISSING          # _target_: an LR schedule, partial (conf/schedule/)
+    seed: int = 1
+    backend: Backend = Backend.thread
+    threads: Optional[int] = None    # pool threads of the thread backend (null: usable cores, capped at P)
+    device: str = "cpu"              # cpu | cuda | cuda:N (bitwise determinism is promised on cpu only)
+    trainer: TrainConfig = field(default_factory=TrainConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    mpi: MPIConfig = field(default_factory=MPIConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.seed, "seed", 0)
+        if self.threads is not None:
+            _int_at_least(self.threads, "threads", 1)
+
+
+ConfigStore.instance().store(name="base_config", node=Config)
+
+TARGET_NODES = ("model", "dataset", "optimizer", "schedule", "compressor.compress", "compressor.collective",
+                "compressor.memory")
+
+
+# -- checks Hydra does not do ----------------------------------------------------------------------
+def check_keys(cfg: DictConfig, schema: type = Config, path: str = "") -> None:
+    """ConfigError for the first key of `cfg` that `schema` (a dataclass) does not declare, recursing
+    into nested dataclasses. Hydra's `+key=value` appends keys even to structured nodes."""
+    declared = {f.name: f for f in fields(schema)}
+    for key in cfg:
+        full = f"{path}{key}"
+        if key not in declared:
+            raise ConfigError(f"{full}: unknown key; allowed: {', '.join(sorted(declared))}")
+        sub = _dataclass_type(declared[key])
+        if sub is not None and isinstance(cfg[key], DictConfig):
+            check_keys(cfg[key], sub, f"{full}.")
+
+
+def _dataclass_type(f: Any) -> type | None:
+    t = f.type
+    if isinstance(t, str):                   # `from __future__ import annotations`: resolve by name
+        t = globals().get(t)
+    return t if isinstance(t, type) and is_dataclass(t) else None
+
+
+def locate(target: str, key: str) -> Any:
+    """The object a `_target_` string names, or ConfigError naming `key`."""
+    module, _, name = target.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        raise ConfigError(f"{key}._target_={target!r}: cannot be imported") from None
+    return obj
+
+
+def parameters_of(obj: Any) -> tuple[set[str], bool]:
+    """Keyword parameters of a callable (a class: its __init__) and whether it takes **kwargs."""
+    sig = inspect.signature(obj)
+    names = {p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names, any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+
+
+def check_target(node: Any, key: str) -> None:
+    """Refuse keys of a `_target_` node that its target does not take (the target's signature is the
+    node's schema); keys starting with `_` are Hydra's (`_partial_`, `_recursive_`, ...)."""
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(f"{key}: must be a mapping with a _target_ (got {OmegaConf.to_container(node) if isinstance(node, (DictConfig, ListConfig)) else node!r})")
+    names, open_ended = parameters_of(locate(str(node._target_), key))
+    if open_ended:
+        return
+    for name in node:
+        if not str(name).startswith("_") and name not in names:
+            raise ConfigError(f"{key}.{name}: unknown key for {node._target_}; allowed: {', '.join(sorted(names))}")
+
+
+def check_all_targets(cfg: DictConfig) -> None:
+    for key in TARGET_NODES:
+        check_target(OmegaConf.select(cfg, key), key)
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain Python data (enums as their strings): what is saved and logged."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+
+def load(data: Any) -> DictConfig:
+    """A plain mapping (e.g. a saved worker_config.yaml) merged into the schema: typed and checked like
+    a composed config. ConfigError on an unknown key or a wrong type."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.merge(OmegaConf.structured(Config), data)
+    except OmegaConfBaseException as err:
+        raise ConfigError(one_line(err)) from None
+
+
+def one_line(err: BaseException) -> str:
+    """OmegaConf's multi-line message as one line: 'full_key: first line'."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    key = getattr(err, "full_key", None)
+    return f"{key}: {first}" if key else first
+
+
+def default_of(schema: type, name: str) -> Any:
+    """The declared default of a schema field (for docs and tests)."""
+    for f in fields(schema):
+        if f.name == name:
+            if f.default is not DC_MISSING:
+                return f.default
+            if f.default_factory is not DC_MISSING:  # type: ignore[misc]
+                return f.default_factory()            # type: ignore[misc]
+    raise KeyError(name)
