@@ -32,13 +32,13 @@ IMAGENET = DataSpec("image", (3, 224, 224), 1000, "imagenet")
 PTB = DataSpec("tokens", (35,), 10_000, "ptb")
 MNIST = DataSpec("image", (1, 28, 28), 10, "mnist")
 
-# exact counts of this package's models (compute once, pinned); papers.md's number in the comment
+# exact counts of this package's models (compute once, pinned); the published or derived number in the comment
 COUNTS = {
-    ("vgg16", CIFAR): 14_728_266,       # papers.md 6.1: "14.73M params, derived" = 14,728,266 exactly
+    ("vgg16", CIFAR): 14_728_266,       # gTop-k code's CIFAR VGG-16 (models/vgg.py): ~14.73M
     ("alexnet", IMAGENET): 61_100_840,  # torchvision AlexNet
     ("resnet50", IMAGENET): 25_557_032,  # torchvision ResNet-50
-    ("lstm_ptb", PTB): 66_034_000,      # papers.md 6.1: "~66.0M params, derived"
-    ("resnet56", CIFAR): 853_018,       # papers.md 8: "0.85M params"
+    ("lstm_ptb", PTB): 66_034_000,      # gTop-k code's LSTM-PTB (models/lstm.py, 1500 units): ~66.0M
+    ("resnet56", CIFAR): 853_018,       # DLBench (arXiv:1608.07249): "0.85M params"
     ("alexnet_r", CIFAR): 85_098,       # DLBench Torch7 AlexNet-R (floor pooling)
 }
 _BUILT: dict[tuple[str, DataSpec], nn.Module] = {}

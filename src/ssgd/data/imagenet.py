@@ -14,7 +14,7 @@ batch, `x[a:b]` when evaluating). Each image goes through torchvision.io (`read_
 [0, 1], normalise with the ImageNet mean / std. That is the standard evaluation transform, used for
 training too: random crops and flips are NOT applied, so loading is deterministic (augmentation
 would need per-rank generators). The gTop-k code trains with RandomResizedCrop(224) and flips, from
-an HDF5 copy of the data (papers.md 6.1).
+an HDF5 copy of the data (hclhkbu/gtopkssgd `dl_trainer.py` `imagenet_prepare`).
 
 torchvision is imported when the first image is decoded, not with this module: its import costs
 about 2 s.

@@ -1,7 +1,7 @@
 """AlexNet-R: DLBench's small AlexNet for CIFAR-10 (cuda-convnet "layers-18pct" without LRN).
 
-papers.md 8: DLBench's real-data AlexNet-R. This follows DLBench's Torch7 definition
-(`tools/torch/Models/alexnet.lua`), whose LRN layers are commented out:
+DLBench's real-data AlexNet-R (Shi, Wang, Xu, Chu, arXiv:1608.07249; hclhkbu/dlbench). This follows
+DLBench's Torch7 definition (`tools/torch/Models/alexnet.lua`), whose LRN layers are commented out:
 
     conv 5x5 (C -> 32, pad 2) - maxpool 3/2 - ReLU
     conv 5x5 (32 -> 32, pad 2) - ReLU - maxpool 3/2

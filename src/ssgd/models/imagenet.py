@@ -1,6 +1,7 @@
 """torchvision's AlexNet and ResNet-50 for ImageNet-shaped input, as the gTop-k code uses them.
 
-The gTop-k code builds `torchvision.models.alexnet()` and a ResNet-50 (papers.md 6.1, 6.3). These
+The gTop-k code builds `torchvision.models.alexnet()` and a ResNet-50 (hclhkbu/gtopkssgd
+`dl_trainer.py` `create_net`). These
 factories build torchvision's definitions with random weights (`weights=None`: nothing is ever
 downloaded) and then swap every stock `nn.Dropout` for a `GenDropout` of the same p, since the
 trainer refuses dropout that draws from torch's global RNG. torchvision is imported inside the

@@ -1,7 +1,8 @@
 """VGG-16 for CIFAR-shaped input: the `VGG('VGG16')` of the gTop-k code (`models/vgg.py`).
 
-papers.md 6.1: the conv + batch-norm stacks of VGG-16 (Simonyan & Zisserman, configuration D) and then
-ONE linear layer 512 -> 10, instead of the three-layer 4096-wide classifier of the ImageNet VGG-16.
+As in the gTop-k code (Shi et al., ICDCS 2019): the conv + batch-norm stacks of VGG-16 (Simonyan &
+Zisserman, configuration D) and then ONE linear layer 512 -> 10, instead of the three-layer
+4096-wide classifier of the ImageNet VGG-16.
 """
 from __future__ import annotations
 
@@ -20,12 +21,11 @@ MIN_SIDE = 32
 class VGG(nn.Module):
     """[conv3x3 (bias) - BN - ReLU]* with max pooling per `layers`, flatten, one linear layer.
 
-    On CIFAR-10 (3x32x32, 10 classes) VGG-16 has 14,728,266 parameters, the count derived in
-    papers.md 6.1 (its "14.73M"): 14,714,688 in the 13 convolutions (weights + biases: the gTop-k
-    code keeps the conv bias although batch norm follows), 8,448 in the 13 batch norms (weight + bias;
-    the running statistics are buffers, not counted) and 5,130 in the 512 -> 10 layer. The gTop-k code
-    ends `features` with `AvgPool2d(kernel_size=1, stride=1)`, the identity, left out here: same
-    parameters, same outputs.
+    On CIFAR-10 (3x32x32, 10 classes) VGG-16 has 14,728,266 parameters (about 14.73M): 14,714,688
+    in the 13 convolutions (weights + biases: the gTop-k code keeps the conv bias although batch
+    norm follows), 8,448 in the 13 batch norms (weight + bias; the running statistics are buffers,
+    not counted) and 5,130 in the 512 -> 10 layer. The gTop-k code ends `features` with
+    `AvgPool2d(kernel_size=1, stride=1)`, the identity, left out here: same parameters, same outputs.
 
     The input adapts to the spec: C input channels, and for H, W >= 32 the linear layer reads
     512 * (H // 32) * (W // 32) features (512 on 32x32, as in the gTop-k code).
@@ -56,7 +56,8 @@ class VGG(nn.Module):
 
 
 def vgg16(spec: DataSpec) -> nn.Module:
-    """VGG-16, CIFAR variant (papers.md 6.1): 14,728,266 parameters on 3x32x32 with 10 classes.
+    """VGG-16, CIFAR variant (hclhkbu/gtopkssgd `models/vgg.py`): 14,728,266 parameters on 3x32x32
+    with 10 classes.
 
     Raises ConfigError unless spec is image data of shape (C, H, W) with H, W >= 32.
     """
