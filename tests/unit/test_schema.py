@@ -139,3 +139,12 @@ def test_docs_list_every_schema_key():
 
     missing = [k for k in keys(config.Config) if f"`{k}`" not in text]
     assert not missing, f"document these keys in docs/configuration.md: {missing}"
+
+
+@pytest.mark.parametrize("overrides, line", [
+    ("model.hidden=[200,0]", "model.hidden=[200, 0]: must be a non-empty list of positive ints"),
+    ("model=resnet20 dataset=synthetic_cifar10 model.shortcut=C", "model.shortcut='C'"),
+    ("model=lstm dataset=synthetic_ptb model.layers=0", "model.layers=0"),
+])
+def test_a_constructor_error_is_prefixed_with_its_node(overrides, line):
+    assert problem(*overrides.split()) .startswith(line)

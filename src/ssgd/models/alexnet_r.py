@@ -20,7 +20,6 @@ import math
 from torch import Tensor, nn
 
 from ssgd.data.base import DataSpec
-from ssgd.errors import ConfigError
 from ssgd.models.checks import image_shape
 
 MIN_SIDE = 15
@@ -62,5 +61,5 @@ def alexnet_r(spec: DataSpec, ceil_mode: bool = False) -> nn.Module:
     """
     channels, height, width = image_shape(spec, "alexnet_r", MIN_SIDE, "CIFAR-10: 3x32x32")
     if not isinstance(ceil_mode, bool):
-        raise ConfigError(f"model.ceil_mode={ceil_mode!r}: must be true or false")
+        raise ValueError(f"ceil_mode={ceil_mode!r}: must be true or false")
     return AlexNetR(channels, height, width, spec.num_classes, ceil_mode)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ssgd.errors import ConfigError
-
 
 class GenDropout(nn.Module):
     """Inverted dropout whose Bernoulli mask comes from `self.gen` (None = torch's global RNG).
@@ -28,7 +26,7 @@ class GenDropout(nn.Module):
         super().__init__()
         p = float(p)
         if not 0.0 <= p < 1.0:
-            raise ConfigError(f"model.dropout={p}: the dropout probability must be in [0, 1)")
+            raise ValueError(f"dropout={p}: the dropout probability must be in [0, 1)")
         self.p = p
         self.gen: torch.Generator | None = None
 

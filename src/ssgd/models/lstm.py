@@ -38,7 +38,7 @@ class LSTMLM(nn.Module):
             )
         for key, value, low in (("emb", emb, 1), ("hidden", hidden, 1), ("layers", layers, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"model.{key}={value!r}: must be an int >= {low}")
+                raise ValueError(f"{key}={value!r}: must be an int >= {low}")
         vocab = spec.num_classes
         self.embedding = nn.Embedding(vocab, emb)
         self.drop_in = GenDropout(dropout)

@@ -34,7 +34,7 @@ class FNN3(nn.Module):
             )
         widths = tuple(hidden)
         if not widths or any(isinstance(w, bool) or not isinstance(w, int) or w <= 0 for w in widths):
-            raise ConfigError(f"model.hidden={list(widths)}: must be a non-empty list of positive ints")
+            raise ValueError(f"hidden={list(widths)}: must be a non-empty list of positive ints")
         layers: list[nn.Module] = [nn.Flatten()]
         width_in = math.prod(spec.input_shape)
         for width in widths:

@@ -96,7 +96,7 @@ def _build(name: str, blocks_per_stage: int, spec: DataSpec, shortcut: str) -> C
             f"'{spec.kind}' and input_shape {shape}"
         )
     if shortcut not in SHORTCUTS:
-        raise ConfigError(f"model.shortcut={shortcut!r}: must be one of {list(SHORTCUTS)}")
+        raise ValueError(f"shortcut={shortcut!r}: must be one of {list(SHORTCUTS)}")
     return CifarResNet(shape[0], spec.num_classes, blocks_per_stage, shortcut)
 
 
