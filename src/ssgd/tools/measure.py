@@ -1,6 +1,6 @@
 """Profile a configured model on THIS machine: per-layer forward/backward times and sizes.
 
-    python -m ssgd.perf.measure model=resnet20 dataset=synthetic_cifar10 trainer.batch_size=32 \
+    python -m ssgd.tools.measure model=resnet20 dataset=synthetic_cifar10 trainer.batch_size=32 \
         [out=profiles/resnet20-local.json] [reps=10]
 
 Runs as one worker of the trainer does (one intra-op thread), times every module that owns
@@ -97,7 +97,7 @@ def measure_profile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: st
         select_s=_timed(lambda: TopK().compress(u, density), reps),
         threshold_select_s=_timed(lambda: GaussianK().compress(u, density), reps),
         update_s=_timed(optimizer.step, reps),
-        derivation=(f"measured by `python -m ssgd.perf.measure` on this machine ({torch.get_num_threads()} intra-op "
+        derivation=(f"measured by `python -m ssgd.tools.measure` on this machine ({torch.get_num_threads()} intra-op "
                     f"thread(s), torch {torch.__version__}): median of {reps} iterations after a warm-up; per-layer "
                     f"shares from forward/backward hooks on modules that own parameters (the rest in 'other'), "
                     f"scaled to the forward and forward+backward times measured without hooks; "
