@@ -65,10 +65,10 @@ bench: $(STAMP)  ## every benchmark (dlbench, trainer, threads, comm, selection)
 NAME  ?= measured
 WORLD ?= 4
 alphabeta: $(STAMP)  ## fit alpha/beta by MPI ping-pong -> conf/cluster/$(NAME).yaml (HOSTFILE=, WORLD=, FORCE=1)
-	$(PY) -m ssgd.perf.calibrate --name $(NAME) --world-size $(WORLD) $(if $(HOSTFILE),--hostfile $(HOSTFILE)) $(if $(FORCE),--force)
+	$(PY) -m ssgd.tools.calibrate --name $(NAME) --world-size $(WORLD) $(if $(HOSTFILE),--hostfile $(HOSTFILE)) $(if $(FORCE),--force)
 
-fig-scaling: $(STAMP)  ## scaling efficiency, comm time vs P, 32-worker breakdown -> paper_figs/out (~10 s; ARGS="--profile p.json")
-	$(PY) paper_figs/fig_scaling.py $(ARGS)
+fig-scaling: $(STAMP)  ## scaling model + paper-calibrated fit, comm time vs P, 32-worker breakdown -> paper_figs/out or OUT= (~10 s; ARGS="--profile p.json")
+	$(PY) paper_figs/fig_scaling.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling; achieved density -> paper_figs/out (~1 min)
 	$(PY) paper_figs/fig_selection.py $(ARGS)
@@ -98,10 +98,10 @@ figs: $(STAMP)  ## every figure + paper_figs/README.md (~5 min on 2 cores; runs 
 	$(PY) paper_figs/readme.py
 
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
-	$(PY) -m ssgd.perf.make_profiles
+	$(PY) -m ssgd.tools.make_profiles
 
-validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (~2 min)
-	$(PY) paper_figs/validate_model.py $(ARGS)
+validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (~2 min; OUT=dir)
+	$(PY) paper_figs/validate_model.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf outputs multirun wandb .pytest_cache paper_figs/runs

@@ -1,22 +1,36 @@
 """Scaling figures of the gTop-k paper from the iteration-time model, next to the paper's numbers.
 
-    python paper_figs/fig_scaling.py [--out DIR] [--profile PATH ...] [--no-shipped]   (default DIR: paper_figs/out)
+    python paper_figs/fig_scaling.py [--out DIR] [--profile PATH ...] [--no-shipped] [--no-calibrated]
+                                     (default DIR: paper_figs/out; `make fig-scaling [OUT=DIR]`)
 
---profile PATH (repeatable) adds a measured profile (`python -m ssgd.perf.measure <overrides> out=PATH`)
+--profile PATH (repeatable) adds a measured profile (`python -m ssgd.tools.measure <overrides> out=PATH`)
 to every figure and to the ratio table beside the shipped ones (--no-shipped: instead of them); the
 paper's markers appear only for profiles named like the paper's models.
 
-(a) fig_scaling_efficiency: eff(P) = v_P / v_1 (papers.md 4, 7) for dense (no overlap, as the trainer;
-    and layer-wise WFBP), Top-k, gTop-k and Gaussian-k, P = 4 ... 1024 (P > 32 extrapolated), for each
-    shipped profile (ssgd.perf.profiles) on 1 GbE and 10 GbE (conf/cluster/32x1gbe.yaml, 32x10gbe.yaml);
-    the paper's efficiencies (papers.md 7, v_P / v_1 of the authors' hard-coded lists) as markers.
+Paper: Shi et al., ICDCS 2019 (arXiv:1901.04359); its numbers (`ssgd.perf.paper`) are those of the
+authors' plotting script hclhkbu/gtopkssgd scripts/icdcs2019/communication.py. The schemes are read
+from conf/compressor/<name>.yaml (`ssgd.tools.schemes`) at each YAML's density (0.001).
+
+(a) fig_scaling_efficiency: eff(P) = v_P / v_1 (`realdata_speedup`) for dense (no overlap, as the
+    trainer; and layer-wise WFBP), Top-k, gTop-k and Gaussian-k, P = 4 ... 1024 (P > 32 extrapolated),
+    for each shipped profile (ssgd.perf.profiles) on 1 GbE and 10 GbE (conf/cluster/32x1gbe.yaml,
+    32x10gbe.yaml); the paper's efficiencies as markers; with the calibrated mode (default) also the
+    calibrated curves (dash-dot, 1 GbE row).
 (b) fig_comm_vs_P: communication time, m = 25 * 2**20, rho = 0.001, P = 4 ... 128: our alpha-beta
-    models (ssgd.perf.cost) and the paper's closed forms, both published gTop-k forms (papers.md 3.1).
+    models (ssgd.perf.cost) and the paper's closed forms, both published gTop-k forms (the
+    hclhkbu/gtopkssgd README before and after 2019-07-09; `plot_allreduce_comparison`).
 (c) fig_breakdown_32: computation / compression / communication shares of one gTop-k iteration at
-    32 workers on 1 GbE, model vs paper (papers.md 7); the model runs at the breakdown's batch size
-    (compute scaled linearly from the profile, `rescale_batch`).
+    32 workers on 1 GbE, model vs paper (`plot_breakdown`); the model runs at the breakdown's batch
+    size (compute scaled linearly from the profile, `rescale_batch`).
+(d) calibrated mode (on unless --no-calibrated): for each paper model, effective constants (compute,
+    top-k selection time, network alpha and beta; `scaling_fit.fit_nonnegative`) fitted to the
+    paper's dense, Top-k and gTop-k times at P = 4 and 8 together, then P = 16 and 32 predicted:
+    scaling_calibrated_points.csv (every point), scaling_calibrated_errors.csv (held-out errors per
+    model and scheme, with the fit-free growth test that says why a miss cannot be fixed by any
+    constants) and scaling_calibrated_constants.csv (the constants against the cluster's and the
+    paper's breakdown).
 Each figure: PNG + PDF + the CSV that was plotted. Also prints (and writes ratios_p32.csv) the
-gTop-k/dense and gTop-k/Top-k efficiency ratios at P = 32, model vs paper.
+gTop-k/dense and gTop-k/Top-k efficiency ratios at P = 32, model vs paper, and the calibrated tables.
 """
 from __future__ import annotations
 
@@ -25,6 +39,8 @@ import csv
 import math
 import sys
 import time
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
@@ -35,31 +51,35 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from figlib import save  # noqa: E402
+import scaling_fit as fit  # noqa: E402
+from figlib import save, write_csv  # noqa: E402
 from ssgd.perf import cost, profiles  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
-from ssgd.perf.iteration import Profile, iteration_time, rescale_batch, scaling_efficiency  # noqa: E402
-from ssgd.perf.make_profiles import PAPER_MODELS  # noqa: E402
+from ssgd.perf.iteration import (Profile, Scheme, iteration_seconds, iteration_time, rescale_batch,  # noqa: E402
+                                 scaling_efficiency)
+from ssgd.perf.paper import P_SCALING, PAPER_MODELS, SCALING_SCHEMES, PaperModel, paper_model  # noqa: E402
+from ssgd.tools import schemes as conf_schemes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NETWORKS = (("1GbE", "32x1gbe"), ("10GbE", "32x10gbe"))
-P_PAPER = (4, 8, 16, 32)
 P_MODEL = tuple(2**i for i in range(2, 11))          # 4 ... 1024
 P_COMM = (4, 8, 16, 32, 64, 128)
 M_COMM, RHO = 25 * 2**20, 0.001
 SCHEMES = (("dense", "Dense (no overlap)", "C0", "-"), ("dense_wfbp", "Dense, layer-wise WFBP", "C0", ":"),
            ("topk", "Top-k", "C1", "-"), ("gtopk", "gTop-k", "C2", "-"), ("gaussiank", "Gaussian-k", "C3", "--"))
-
-# papers.md 7: per-worker throughput lists of the authors' scaling figure (P = 1 entry shared).
-PAPER_V = MappingProxyType({
-    "vgg16": (1317.333, (104.2, 92.56, 39.48, 12.6), (110.576, 109.9, 97.865, 63.002), (131.06, 130.551, 126.434, 123.2)),
-    "resnet20": (920.632, (821.7, 705.2, 520.4, 287.9), (908.837, 752.985, 737.594, 696.029), (916.26, 868.73, 808.5, 789.3)),
-    "alexnet": (173.469, (14.01, 12.118, 4.936, 1.234), (14.238, 13.865, 13.352, 9.236), (16.536, 16.446, 16.359, 15.777)),
-    "resnet50": (52.873, (39.002, 36.989, 23.176, 10.721), (37.729, 35.703, 34.495, 30.583), (39.795, 39.713, 39.06, 39.119)),
-    "lstm_ptb": (392.0, (12.657, 8.7, 4.1, 2.1), (19.9, 18.6, 14.8, 5.4), (17.8, 17.6, 15.1, 10.8)),
-})
 PAPER_LABEL = MappingProxyType({"dense": "Dense (Horovod)", "topk": "Top-k", "gtopk": "gTop-k"})
-PAPER_MODEL = MappingProxyType({pm.name: pm for pm in PAPER_MODELS})
+COLOR = MappingProxyType({"dense": "C0", "topk": "C1", "gtopk": "C2"})
+FIT_P, HELD_OUT, GOAL = (4, 8), (16, 32), 0.25       # calibrated mode: fitted and predicted P, error goal
+GROWTH_P = (*FIT_P, HELD_OUT[-1])                    # the fit-free growth test: (t32 - t8) / (t8 - t4)
+
+
+@lru_cache(maxsize=None)
+def model_scheme(label: str, d: int) -> Scheme:
+    """The model's scheme of a SCHEMES label for a d-parameter model: conf/compressor/<label>.yaml at
+    its density; "dense_wfbp" is dense.yaml with the layer-wise overlapped allreduce."""
+    if label == conf_schemes.LAYERWISE:
+        return conf_schemes.scheme("dense", d, layerwise_overlap=True)
+    return conf_schemes.scheme(label, d)
 
 
 def load_network(cluster: str) -> AlphaBeta:
@@ -69,13 +89,15 @@ def load_network(cluster: str) -> AlphaBeta:
 
 
 def paper_efficiency(name: str) -> dict[str, list[float]]:
-    """eff(P) = v_P / v_1 of the paper's lists at P = 4, 8, 16, 32 (papers.md 7)."""
-    v1, dense, topk, gtopk = PAPER_V[name]
-    return {"dense": [v / v1 for v in dense], "topk": [v / v1 for v in topk], "gtopk": [v / v1 for v in gtopk]}
+    """eff(P) = v_P / v_1 of the paper's lists at P = 4, 8, 16, 32 (`realdata_speedup`)."""
+    pm = paper_model(name)
+    return {scheme: list(pm.efficiency(scheme)) for scheme in SCALING_SCHEMES}
 
 
 # --- (a) scaling efficiency ------------------------------------------------------------------------
-def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path) -> list[Path]:
+def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path,
+                   calibrations: dict[str, "Calibration"] | None = None) -> list[Path]:
+    calibrations = calibrations or {}
     rows: list[list] = []
     fig, axes = plt.subplots(len(nets), len(profs), figsize=(3.3 * len(profs), 3.0 * len(nets)),
                              sharex=True, sharey=True, squeeze=False)
@@ -83,17 +105,25 @@ def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path) ->
         for j, prof in enumerate(profs):
             ax = axes[i][j]
             for scheme, label, color, style in SCHEMES:
-                eff = [scaling_efficiency(prof, scheme, net, P, RHO) for P in P_MODEL]
+                eff = [scaling_efficiency(prof, model_scheme(scheme, prof.d), net, P) for P in P_MODEL]
                 ax.plot(P_MODEL, np.array(eff) * 100, style, color=color, label=f"model: {label}", lw=1.4)
                 rows += [[prof.name, net_name, "model", scheme, P, e, prof.batch_size / prof.single_worker_seconds() * e]
                          for P, e in zip(P_MODEL, eff)]
-            if net_name == "1GbE" and prof.name in PAPER_V:
-                for scheme, marker, color in (("dense", "o", "C0"), ("topk", "s", "C1"), ("gtopk", "^", "C2")):
-                    eff = paper_efficiency(prof.name)[scheme]
-                    ax.plot(P_PAPER, np.array(eff) * 100, marker, color=color, mfc="none", ms=6,
+            pm = paper_model(prof.name)
+            if net_name == "1GbE" and pm is not None:
+                for scheme, marker in (("dense", "o"), ("topk", "s"), ("gtopk", "^")):
+                    eff = pm.efficiency(scheme)
+                    ax.plot(P_SCALING, np.array(eff) * 100, marker, color=COLOR[scheme], mfc="none", ms=6,
                             label=f"paper: {PAPER_LABEL[scheme]}")
-                    rows += [[prof.name, net_name, "paper", scheme, P, e, PAPER_V[prof.name][0] * e]
-                             for P, e in zip(P_PAPER, eff)]
+                    rows += [[prof.name, net_name, "paper", scheme, P, e, pm.v1 * e] for P, e in zip(P_SCALING, eff)]
+            cal = calibrations.get(prof.name)
+            if net_name == "1GbE" and cal is not None:
+                for scheme in SCALING_SCHEMES:
+                    eff = [cal.efficiency(scheme, P) for P in P_SCALING]
+                    ax.plot(P_SCALING, np.array(eff) * 100, "-.", color=COLOR[scheme], lw=1.0, marker="x", ms=4,
+                            label=f"calibrated (fit P = 4, 8): {PAPER_LABEL[scheme]}")
+                    rows += [[prof.name, net_name, "calibrated", scheme, P, e, pm.v1 * e]
+                             for P, e in zip(P_SCALING, eff)]
             ax.axvspan(32, P_MODEL[-1], color="0.92", zorder=0)
             ax.set_xscale("log", base=2)
             ax.set_xticks([4, 16, 64, 256, 1024])
@@ -103,28 +133,41 @@ def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path) ->
             ax.set_yticks([0.5, 1, 2, 5, 10, 20, 50, 100])
             ax.set_yticklabels(["0.5", "1", "2", "5", "10", "20", "50", "100"])
             ax.grid(True, which="major", alpha=0.3)
-            title = PAPER_MODEL[prof.name].title if prof.name in PAPER_MODEL else prof.name
+            title = pm.title if pm is not None else prof.name
             ax.set_title(f"{title}, bs {prof.batch_size}\n{net_name}", fontsize=9)
             if i == len(nets) - 1:
                 ax.set_xlabel("workers P (grey: extrapolated)")
             if j == 0:
                 ax.set_ylabel("scaling efficiency (%)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.06))
-    fig.suptitle(f"Scaling efficiency v_P / v_1, rho = {RHO} (markers: gTop-k paper, 1 GbE, P <= 32)", fontsize=10)
+    legend: dict[str, object] = {}
+    for ax in axes.flat:                                 # every label once, whichever panel has it
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=4, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.09 if calibrations else -0.06))
+    fig.suptitle(f"Scaling efficiency v_P / v_1, rho = {density_label()} (markers: gTop-k paper, 1 GbE, P <= 32"
+                 + ("; dash-dot: alpha-beta model calibrated to the paper's P = 4, 8)" if calibrations else ")"),
+                 fontsize=10)
     fig.tight_layout()
     return save(fig, out, "fig_scaling_efficiency",
                 ["profile", "network", "source", "scheme", "P", "efficiency", "per_worker_samples_per_s"], rows)
 
 
+def density_label() -> str:
+    """The sparse schemes' densities of conf/compressor (one value, e.g. "0.001", when they agree)."""
+    values = sorted({float(conf_schemes.load_config(s).density) for s, *_ in SCHEMES
+                     if s != conf_schemes.LAYERWISE and float(conf_schemes.load_config(s).density) < 1})
+    return "/".join(f"{v:g}" for v in values)
+
+
 # --- (b) communication time vs P -----------------------------------------------------------------
 def paper_gtopk_old(net: AlphaBeta, P: np.ndarray, k: int) -> np.ndarray:
-    """2 alpha log2 P + 4 k log2 P beta_element (gTop-k README before 2019-07-09; papers.md 3.1)."""
+    """2 alpha log2 P + 4 k log2 P beta_element (hclhkbu/gtopkssgd README before 2019-07-09)."""
     return 2 * net.alpha * np.log2(P) + 4 * k * np.log2(P) * cost.ELEMENT_BYTES * net.beta
 
 
 def paper_gtopk_new(net: AlphaBeta, P: np.ndarray, k: int) -> np.ndarray:
-    """alpha log2 P + 2 k log2 P beta_element (gTop-k README now; papers.md 3.1)."""
+    """alpha log2 P + 2 k log2 P beta_element (hclhkbu/gtopkssgd README since 2019-07-09)."""
     return net.alpha * np.log2(P) + 2 * k * np.log2(P) * cost.ELEMENT_BYTES * net.beta
 
 
@@ -175,7 +218,7 @@ def fig_breakdown(profs: list, net: AlphaBeta, out: Path) -> list[Path]:
     rows: list[list] = []
     labels, parts = [], []
     for prof in profs:
-        pm = PAPER_MODEL.get(prof.name)
+        pm = paper_model(prof.name)
         if pm is not None and pm.breakdown_s is not None:
             labels.append(f"{prof.name}\npaper")
             parts.append(pm.breakdown_s)
@@ -183,7 +226,7 @@ def fig_breakdown(profs: list, net: AlphaBeta, out: Path) -> list[Path]:
             bs = pm.breakdown_samples
         else:
             bs = prof.batch_size
-        t = iteration_time(rescale_batch(prof, bs), "gtopk", net, 32, RHO)
+        t = iteration_time(rescale_batch(prof, bs), model_scheme("gtopk", prof.d), net, 32)
         labels.append(f"{prof.name}\nmodel")
         parts.append((t.compute_s, t.compress_s, t.comm_s))
         rows.append([prof.name, "model", bs, t.compute_s, t.compress_s, t.comm_s])
@@ -214,24 +257,174 @@ def ratio_rows(profs: list, nets: list[tuple[str, AlphaBeta]]) -> list[list]:
     """[profile, network, gTop-k/dense, gTop-k/dense_wfbp, gTop-k/Top-k (model), paper gTop-k/dense, paper gTop-k/Top-k]."""
     rows = []
     for prof in profs:
-        paper = paper_efficiency(prof.name) if prof.name in PAPER_V else None
+        paper = paper_efficiency(prof.name) if paper_model(prof.name) is not None else None
         pd = paper["gtopk"][-1] / paper["dense"][-1] if paper else math.nan
         pt = paper["gtopk"][-1] / paper["topk"][-1] if paper else math.nan
         for net_name, net in nets:
-            e = {s: scaling_efficiency(prof, s, net, 32, RHO) for s in ("dense", "dense_wfbp", "topk", "gtopk")}
+            e = {s: scaling_efficiency(prof, model_scheme(s, prof.d), net, 32) for s in ("dense", "dense_wfbp", "topk", "gtopk")}
             rows.append([prof.name, net_name, e["gtopk"] / e["dense"], e["gtopk"] / e["dense_wfbp"],
                          e["gtopk"] / e["topk"], e["dense"], e["topk"], e["gtopk"], pd, pt])
     return rows
 
 
 def print_ratios(rows: list[list]) -> None:
-    print("Efficiency ratios at P = 32 (model: rho = 0.001; paper: papers.md 7, 1 GbE)")
+    print(f"Efficiency ratios at P = 32 (model: rho = {density_label()}; paper: `realdata_speedup`, 1 GbE)")
     w = max([9, *(len(row[0]) for row in rows)])
     print(f"{'model':<{w}} {'net':<6} {'gTop/dense':>10} {'gTop/WFBP':>9} {'gTop/Top-k':>10} "
           f"{'eff d/t/g (%)':>18} | {'paper gTop/dense':>16} {'paper gTop/Top-k':>16}")
     for name, net, rd, rw, rt, ed, et, eg, pd, pt in rows:
         print(f"{name:<{w}} {net:<6} {rd:>10.2f} {rw:>9.2f} {rt:>10.2f} "
               f"{f'{ed * 100:.1f}/{et * 100:.1f}/{eg * 100:.1f}':>18} | {pd:>16.2f} {pt:>16.2f}")
+
+
+# --- (d) calibrated mode -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Calibration:
+    """The iteration model with effective constants fitted to one paper model's P = 4, 8 times.
+
+    constants: `scaling_fit` names -> value (compute_s, selection_s[exact_topk], alpha_s,
+    beta_s_per_byte); schemes: the model's scheme of each of the paper's curves (SCALING_SCHEMES).
+    """
+
+    paper: PaperModel
+    d: int
+    schemes: MappingProxyType
+    constants: MappingProxyType
+
+    def profile(self) -> Profile:
+        """A one-layer profile holding the fitted compute (t_f = t_b / 2) and selection times."""
+        compute = self.constants.get(fit.COMPUTE, 0.0)
+        return Profile(name=f"{self.paper.name}-calibrated", batch_size=self.paper.batch_size, layers=("all",),
+                       params=(self.d,), forward_s=(compute / 3,), backward_s=(compute * 2 / 3,),
+                       select_s=self.constants.get(fit.selection_key("exact_topk"), 0.0),
+                       threshold_select_s=self.constants.get(fit.selection_key("linear"), 0.0),
+                       derivation="fitted by paper_figs/fig_scaling.py to the gTop-k paper's P = "
+                                  f"{' and '.join(map(str, FIT_P))} times")
+
+    def network(self) -> AlphaBeta:
+        return AlphaBeta(self.constants.get(fit.ALPHA, 0.0), self.constants.get(fit.BETA, 0.0))
+
+    def seconds(self, scheme: str, P: int) -> float:
+        """Calibrated seconds per iteration: the iteration model on the fitted profile and network."""
+        return iteration_seconds(self.profile(), self.schemes[scheme], self.network(), P)
+
+    def efficiency(self, scheme: str, P: int) -> float:
+        """v_P / v_1 with the paper's v_1, as the paper's markers."""
+        return self.paper.batch_size / self.seconds(scheme, P) / self.paper.v1
+
+    def comm_seconds(self, scheme: str, P: int) -> float:
+        """The scheme's communication with the fitted alpha and beta."""
+        return iteration_time(self.profile(), self.schemes[scheme], self.network(), P).comm_s
+
+
+def calibrate(pm: PaperModel, d: int) -> Calibration:
+    """Fit compute, top-k selection, alpha and beta (all >= 0) to the paper's dense, Top-k and gTop-k
+    seconds per iteration at P = FIT_P, the schemes as conf/compressor builds them for d parameters."""
+    schemes = {s: model_scheme(s, d) for s in SCALING_SCHEMES}
+    rows, times = [], []
+    for s in SCALING_SCHEMES:
+        for P, t in zip(P_SCALING, pm.seconds(s)):
+            if P in FIT_P:
+                rows.append(fit.features(schemes[s], P, d))
+                times.append(t)
+    return Calibration(pm, d, MappingProxyType(schemes), MappingProxyType(fit.fit_nonnegative(rows, times)))
+
+
+def best_single_scheme_error(scheme: Scheme, pm: PaperModel, name: str, d: int) -> float:
+    """Largest |relative error| of the best fit of c + alpha L + beta B (>= 0) to all four paper points
+    of one scheme: how close any constants of this collective can come."""
+    rows = [{k: v for k, v in fit.features(scheme, P, d).items() if not k.startswith("selection")}
+            for P in P_SCALING]
+    times = pm.seconds(name)
+    constants = fit.fit_nonnegative(rows, times)
+    return max(abs(fit.predict(r, constants) / t - 1) for r, t in zip(rows, times))
+
+
+def calibrated_rows(cal: Calibration) -> list[dict]:
+    """One row per scheme: errors at every P, the growth test and, for a miss, the measured reason."""
+    pm, out = cal.paper, []
+    for s in SCALING_SCHEMES:
+        paper = dict(zip(P_SCALING, pm.seconds(s)))
+        err = {P: cal.seconds(s, P) / paper[P] - 1 for P in P_SCALING}
+        t1, t2, t3 = (paper[P] for P in GROWTH_P)
+        growth = fit.growth_ratio(t1, t2, t3)
+        lo, hi = fit.growth_range(cal.schemes[s], GROWTH_P, cal.d)
+        # any model through the paper's P = 4 and 8 points has t32 in t8 + [lo, hi] (t8 - t4)
+        reach = [t2 + g * (t2 - t1) for g in (lo, hi)]
+        bound = 0.0 if reach[0] <= t3 <= reach[1] else min((r / t3 - 1 for r in reach), key=abs)
+        best = best_single_scheme_error(cal.schemes[s], pm, s, cal.d)
+        ok = all(abs(err[P]) <= GOAL for P in HELD_OUT)
+        if ok:
+            reason = ""
+        elif math.isnan(growth):
+            reason = f"the paper's time does not grow from P = 4 to 8 ({t1:.4g} -> {t2:.4g} s)"
+        elif not lo <= growth <= hi:
+            allowed = f"{lo:.3g}" if hi == lo else f"{lo:.3g} to {hi:.3g}"
+            reason = f"paper's (t32 - t8) / (t8 - t4) = {growth:.3g}, this collective's alpha-beta model allows {allowed}: "
+            if abs(bound) > GOAL:
+                reason += (f"any model through the paper's P = 4, 8 points is off by {bound:+.0%} or more at P = 32 "
+                           f"(fitted to all four points, not a prediction: {best:.0%})")
+            else:
+                reason += (f"the best a model through the paper's P = 4, 8 points can do at P = 32 is {bound:+.0%}; "
+                           f"the joint fit (constants shared with dense and gTop-k) gives {err[32]:+.0%}")
+        elif best > GOAL:
+            reason = f"no constants fit all four paper points within {GOAL:.0%} (best: {best:.0%})"
+        else:
+            reason = (f"the constants shared with the other schemes: this scheme alone fits all four points "
+                      f"within {best:.0%}")
+        out.append({"model": pm.name, "scheme": s, **{f"error_P{P}": err[P] for P in P_SCALING},
+                    "held_out_within_goal": ok, "paper_growth_4_8_32": growth, "model_growth_min": lo,
+                    "model_growth_max": hi, "P32_error_bound_through_P4_P8": bound,
+                    "best_fit_all_P_max_error": best, "reason": reason})
+    return out
+
+
+def constants_row(cal: Calibration, cluster: AlphaBeta) -> dict:
+    """The fitted constants next to the cluster's alpha-beta and the paper's own numbers."""
+    pm, c = cal.paper, cal.constants
+    comm = cal.comm_seconds("gtopk", 32)
+    breakdown = pm.breakdown_s[2] if pm.breakdown_s else math.nan
+    return {"model": pm.name, "d": cal.d, "compute_s": c.get(fit.COMPUTE, 0.0), "paper_bs_over_v1_s": pm.batch_size / pm.v1,
+            "selection_s": c.get(fit.selection_key("exact_topk"), 0.0),
+            "paper_breakdown_compression_s": pm.breakdown_s[1] if pm.breakdown_s else math.nan,
+            "alpha_s": c.get(fit.ALPHA, 0.0), "beta_s_per_byte": c.get(fit.BETA, 0.0),
+            "cluster_alpha_s": cluster.alpha, "cluster_beta_s_per_byte": cluster.beta,
+            "gtopk_comm_P32_fitted_s": comm, "paper_breakdown_comm_P32_s": breakdown,
+            "breakdown_over_fitted_comm": breakdown / comm if comm > 0 else math.nan,
+            "gtopk_P32_paper_s": pm.seconds("gtopk")[-1], "gtopk_P32_calibrated_s": cal.seconds("gtopk", 32)}
+
+
+def write_calibrated(cals: list[Calibration], cluster: AlphaBeta, out: Path) -> list[Path]:
+    """The three calibrated-mode CSVs (module docstring (d)); prints their tables."""
+    points = [[cal.paper.name, s, P, "fit" if P in FIT_P else "held-out", t, cal.seconds(s, P), cal.seconds(s, P) / t - 1]
+              for cal in cals for s in SCALING_SCHEMES for P, t in zip(P_SCALING, cal.paper.seconds(s))]
+    errors = [row for cal in cals for row in calibrated_rows(cal)]
+    consts = [constants_row(cal, cluster) for cal in cals]
+    paths = [out / "scaling_calibrated_points.csv", out / "scaling_calibrated_errors.csv",
+             out / "scaling_calibrated_constants.csv"]
+    write_csv(paths[0], ["model", "scheme", "P", "role", "paper_s", "calibrated_s", "error"], points)
+    write_csv(paths[1], list(errors[0]), [list(r.values()) for r in errors])
+    write_csv(paths[2], list(consts[0]), [list(r.values()) for r in consts])
+    print_calibrated(errors, consts)
+    return paths
+
+
+def print_calibrated(errors: list[dict], consts: list[dict]) -> None:
+    print(f"\nCalibrated mode: constants fitted to the paper's P = {FIT_P[0]}, {FIT_P[1]} (dense, Top-k, gTop-k "
+          f"together), P = {HELD_OUT[0]}, {HELD_OUT[1]} held out; goal |error| <= {GOAL:.0%}")
+    print("| model | scheme | fit P=4 | fit P=8 | held-out P=16 | held-out P=32 | within goal | reason for a miss |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in errors:
+        print(f"| {r['model']} | {r['scheme']} | {r['error_P4']:+.1%} | {r['error_P8']:+.1%} | {r['error_P16']:+.1%} | "
+              f"{r['error_P32']:+.1%} | {'yes' if r['held_out_within_goal'] else 'no'} | {r['reason']} |")
+    print("\n| model | compute s (fit / paper bs/v1) | selection s (fit / paper breakdown) | alpha ms | beta ns/B "
+          "| gTop-k comm P=32: fitted ms / paper breakdown ms (ratio) |")
+    print("|---|---|---|---|---|---|")
+    for c in consts:
+        ratio = "-" if math.isnan(c["breakdown_over_fitted_comm"]) else f"{c['breakdown_over_fitted_comm']:.0f}x"
+        print(f"| {c['model']} | {c['compute_s']:.4g} / {c['paper_bs_over_v1_s']:.4g} | {c['selection_s']:.4g} / "
+              f"{c['paper_breakdown_compression_s']:.4g} | {c['alpha_s'] * 1e3:.3g} | {c['beta_s_per_byte'] * 1e9:.3g} | "
+              f"{c['gtopk_comm_P32_fitted_s'] * 1e3:.3g} / {c['paper_breakdown_comm_P32_s'] * 1e3:.4g} ({ratio}) |")
 
 
 def shipped_profiles() -> list[Profile]:
@@ -242,7 +435,7 @@ def shipped_profiles() -> list[Profile]:
 
 
 def load_profile_files(paths: list[str], taken: list[Profile]) -> list[Profile]:
-    """The profiles in `paths` (JSON written by `python -m ssgd.perf.measure ... out=PATH` or
+    """The profiles in `paths` (JSON written by `python -m ssgd.tools.measure ... out=PATH` or
     `Profile.save`); ValueError with a one-line reason naming the file when one is missing, is not
     a profile, or reuses the name of a profile already plotted (`taken`, then earlier files)."""
     out: list[Profile] = []
@@ -264,9 +457,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "paper_figs" / "out"), help="output folder")
     ap.add_argument("--profile", action="append", default=[], metavar="PATH",
-                    help="a measured profile JSON (python -m ssgd.perf.measure ... out=PATH) to plot beside "
+                    help="a measured profile JSON (python -m ssgd.tools.measure ... out=PATH) to plot beside "
                          "the shipped ones; repeatable")
     ap.add_argument("--no-shipped", action="store_true", help="plot only the --profile files")
+    ap.add_argument("--calibrated", action=argparse.BooleanOptionalAction, default=True,
+                    help="fit effective constants to the paper's P = 4, 8 times, predict P = 16, 32, overlay them "
+                         "and write scaling_calibrated_*.csv (default: on)")
     args = ap.parse_args(argv)
     if args.no_shipped and not args.profile:
         ap.error("--no-shipped needs at least one --profile PATH")
@@ -280,7 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     nets = [(label, load_network(cluster)) for label, cluster in NETWORKS]
-    written = fig_efficiency(profs, nets, out) + fig_comm(nets, out) + fig_breakdown(profs, nets[0][1], out)
+    cals = [calibrate(paper_model(p.name), p.d) for p in profs if args.calibrated and paper_model(p.name)]
+    written = fig_efficiency(profs, nets, out, {c.paper.name: c for c in cals}) + fig_comm(nets, out) \
+        + fig_breakdown(profs, nets[0][1], out)
     rows = ratio_rows(profs, nets)
     with (out / "ratios_p32.csv").open("w", newline="") as f:
         w = csv.writer(f)
@@ -290,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         w.writerows(rows)
     written.append(out / "ratios_p32.csv")
     print_ratios(rows)
+    if cals:
+        written += write_calibrated(cals, nets[0][1], out)
     print(f"wrote {len(written)} files to {out} in {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -3,14 +3,16 @@
     python paper_figs/validate_model.py [--backend thread|mpi|both] [--model resnet20 --dataset synthetic_cifar10]
                                         [--P 2] [--thread-P 4] [--threads K] [--steps 20] [--thread-steps 10]
 
-1. Profiles the model here (`ssgd.perf.measure`, one intra-op thread, as one worker).
-2. For every scheme (density warm-up off, `cluster=local`), runs `src/train.py`
+1. Profiles the model here (`ssgd.tools.measure`, one intra-op thread, as one worker).
+2. For every scheme (a conf/compressor name; density warm-up off, `cluster=local`), runs `src/train.py`
    * ``backend=mpi`` with P ranks (P <= cores, so each rank has a core, as each worker has its own
      machine in the model): predicted by `ssgd.perf.iteration.iteration_time`;
    * ``backend=thread`` with P virtual workers on K pool threads: predicted by
      `ssgd.perf.iteration.threads_step_time` (ceil(P/K) workers per thread, then the in-process
      collective, then one update).
-   Both predictions use the same profile and the `local` alpha-beta constants.
+   Both predictions use the same profile and the `local` alpha-beta constants; the scheme is built
+   from its conf/compressor YAML (`ssgd.tools.schemes`) with the run's achieved entries per rank
+   (density/achieved x d: Gaussian-k's count is not trimmed to k).
 3. Prints, per backend and scheme, predicted next to measured part by part and writes
    paper_figs/out/validation_<model>.csv. Measured values are means over the steps after the first
    (a warm-up), read from the run's metrics.jsonl. Parts:
@@ -47,8 +49,10 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from ssgd import build  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
-from ssgd.perf.iteration import DEFAULT_DENSITY, IterationTime, Profile, iteration_time, threads_step_time  # noqa: E402
-from ssgd.perf.measure import measure_profile  # noqa: E402
+from ssgd.compress.sparse import k_of  # noqa: E402
+from ssgd.perf.iteration import IterationTime, Profile, iteration_time, threads_step_time  # noqa: E402
+from ssgd.tools import schemes as conf_schemes  # noqa: E402
+from ssgd.tools.measure import measure_profile  # noqa: E402
 from ssgd.world import usable_cores  # noqa: E402
 
 BACKENDS = ("thread", "mpi")
@@ -104,12 +108,15 @@ def run(backend: str, P: int, scheme: str, steps: int, args: argparse.Namespace,
 
 def predict(profile: Profile, backend: str, scheme: str, P: int, K: int, net: AlphaBeta,
             measured: dict[str, float]) -> IterationTime:
-    """The model of the step as `backend` runs it (Gaussian-k at the run's achieved density)."""
-    achieved = measured.get("density/achieved", DEFAULT_DENSITY)
-    factor = achieved / DEFAULT_DENSITY if scheme == "gaussiank" else 1.0
+    """The model of the step as `backend` runs it: the scheme of conf/compressor/<scheme>.yaml at its
+    density, each rank sending the run's mean achieved count (count factor = achieved count / k)."""
+    density = float(conf_schemes.load_config(scheme).density)
+    k = k_of(profile.d, density)
+    factor = measured.get("density/achieved", k / profile.d) * profile.d / k
+    model = conf_schemes.scheme(scheme, profile.d, density, count_factor=factor)
     if backend == "thread":
-        return threads_step_time(profile, scheme, P, K, net, DEFAULT_DENSITY, gaussian_factor=factor)
-    return iteration_time(profile, scheme, net, P, DEFAULT_DENSITY, gaussian_factor=factor)
+        return threads_step_time(profile, model, P, K, net)
+    return iteration_time(profile, model, net, P)
 
 
 def parts(pred: IterationTime, m: dict[str, float], n: int, backend: str) -> dict[str, tuple[float, float]]:
@@ -154,10 +161,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20, help="steps per MPI run (the first is not counted)")
     ap.add_argument("--thread-steps", type=int, default=10, help="steps per threads run (the first is not counted)")
-    ap.add_argument("--schemes", nargs="+", default=["dense", "topk", "gtopk", "gaussiank"])
+    ap.add_argument("--schemes", nargs="+", default=["dense", "topk", "gtopk", "gaussiank"],
+                    help=f"conf/compressor names, of: {', '.join(conf_schemes.names())}")
     ap.add_argument("--out", default=str(ROOT / "paper_figs" / "out"))
     args = ap.parse_args(argv)
     args.threads = args.threads or usable_cores()
+    unknown = [s for s in args.schemes if s not in conf_schemes.names()]
+    if unknown:
+        ap.error(f"--schemes {' '.join(unknown)}: no such conf/compressor/*.yaml; allowed: {', '.join(conf_schemes.names())}")
     for key in ("P", "thread_P", "threads", "batch"):
         if getattr(args, key) < 1:
             ap.error(f"--{key.replace('_', '-')}={getattr(args, key)}: must be >= 1")
@@ -172,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     profile, net = profile_here(args)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
-    print(f"{args.model}, batch {args.batch}, density {DEFAULT_DENSITY}; profile here: forward "
+    print(f"{args.model}, batch {args.batch}, densities of conf/compressor; profile here: forward "
           f"{profile.t_f * 1e3:.1f} ms, backward {profile.t_b * 1e3:.1f} ms, top-k {profile.select_s * 1e3:.2f} ms, "
           f"update {profile.update_s * 1e3:.2f} ms; network: local (alpha {net.alpha:g} s, beta {net.beta:g} s/B)")
     rows = []

@@ -98,12 +98,12 @@ def test_default_mpi_run_from_a_shell(tmp_path):
 
 def test_alphabeta_calibration_writes_a_usable_cluster_file(tmp_path):
     out = tmp_path / "measured.yaml"
-    proc = subprocess.run([sys.executable, "-m", "ssgd.perf.calibrate", "--name", "measured", "--world-size", "8",
+    proc = subprocess.run([sys.executable, "-m", "ssgd.tools.calibrate", "--name", "measured", "--world-size", "8",
                            "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     cfg = OmegaConf.load(out)
     assert cfg.name == "measured" and cfg.world_size == 8 and cfg.hostfile is None
     assert cfg.network.alpha > 0 and cfg.network.beta > 0
-    again = subprocess.run([sys.executable, "-m", "ssgd.perf.calibrate", "--out", str(out)], capture_output=True,
+    again = subprocess.run([sys.executable, "-m", "ssgd.tools.calibrate", "--out", str(out)], capture_output=True,
                            text=True, timeout=60, cwd=ROOT)
     assert again.returncode == 2 and "exists" in again.stderr      # nothing already written is lost

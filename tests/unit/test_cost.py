@@ -1,4 +1,6 @@
-"""Cost models against the derived table of papers.md section 3.3 and hand-computed cases."""
+"""Cost models against the gTop-k paper's closed forms evaluated by hand (Shi et al., ICDCS 2019,
+arXiv:1901.04359; forms of the hclhkbu/gtopkssgd README, as plotted by `plot_allreduce_comparison` in
+scripts/icdcs2019/communication.py) and hand-computed cases."""
 import math
 
 import pytest
@@ -7,11 +9,12 @@ from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.errors import ConfigError
 
-GBE = AlphaBeta(alpha=0.436e-3, beta=9e-9)      # gTop-k paper's 1 GbE fit (papers.md 3.2)
+GBE = AlphaBeta(alpha=0.436e-3, beta=9e-9)      # gTop-k paper's 1 GbE fit (`plot_p2platency`, same script)
 M = 25 * 2**20                                  # m = 25M parameters
 K = int(M * 0.001)                               # k = 26,214
 
-# papers.md 3.3, milliseconds: P -> (dense ring, Top-k AllGather paper form, gTop-k 2 alpha logP + 4k logP beta)
+# the closed forms at m = 25 * 2^20, rho = 0.001 (k = 26,214), evaluated by hand, milliseconds:
+# P -> (dense 2(P-1)a + 2(P-1)/P m b, Top-k a logP + 2(P-1)k b, gTop-k 2a logP + 4k logP b; b per element)
 TABLE = {4: (1418, 6.5, 9.3), 8: (1658, 14.5, 13.9), 16: (1783, 30.1, 18.6), 32: (1856, 60.7, 23.2),
          64: (1913, 121.5, 27.9), 128: (1983, 242.8, 32.5)}
 

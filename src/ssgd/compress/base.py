@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -17,7 +18,14 @@ class Compressor(ABC):
     One instance per rank: anything random draws from the instance's own `generator`, never from
     the process-global RNG (virtual workers share one process). `compress` must not modify u, and
     sparse values must be copies (the residual buffer that holds u is edited afterwards).
+
+    selection_cost: how the iteration-time model (`ssgd.perf.iteration`) times one `compress` call,
+    declared by every concrete compressor: "none" (free: nothing is selected), "exact_topk" (a full
+    top-k of the d-vector, the profile's select_s) or "linear" (a few O(d) passes such as a threshold
+    or a random draw, the profile's threshold_select_s). A new kind needs a new profile time there.
     """
+
+    selection_cost: ClassVar[str]
 
     def __init__(self, generator: torch.Generator | None = None) -> None:
         self.generator = generator

@@ -54,6 +54,8 @@ class DGCSampling(Compressor):
     4k/3 pass (module docstring). Sends at most 4k/3 entries (exactly k after a trim); values are
     copies of u."""
 
+    selection_cost = "linear"
+
     def __init__(self, generator: torch.Generator | None = None, sample_fraction: float = SAMPLE_FRACTION,
                  scale_k: bool = False) -> None:
         if generator is None:

@@ -56,6 +56,8 @@ def mean_std(u: Tensor) -> tuple[float, float]:
 class GaussianK(Compressor):
     """Variable-count selection by a Gaussian threshold (see module docstring)."""
 
+    selection_cost = "linear"
+
     def compress(self, u: Tensor, density: float) -> Sparse:
         k = k_of(u.numel(), density)
         mean, std = mean_std(u)

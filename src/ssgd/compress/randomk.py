@@ -12,6 +12,8 @@ class RandomK(Compressor):
     """k = max(int(d * density), 1) distinct coordinates drawn uniformly from this rank's generator
     (independent across ranks); values are u at those coordinates, not rescaled."""
 
+    selection_cost = "linear"
+
     def __init__(self, generator: torch.Generator | None = None) -> None:
         if generator is None:
             raise ValueError("RandomK needs its own torch.Generator (one per rank)")

@@ -11,5 +11,7 @@ class TopK(Compressor):
     """The k = max(int(d * density), 1) entries of u with the largest magnitude, over the whole
     flattened model (not per layer), as in both released code bases."""
 
+    selection_cost = "exact_topk"
+
     def compress(self, u: Tensor, density: float) -> Sparse:
         return select_topk(u, k_of(u.numel(), density))

@@ -15,7 +15,8 @@ Schedules modelled (shared with `ssgd.comm`):
 
 With m = d elements of 4 bytes, the dense ring allreduce is the paper's 2(P-1)alpha + 2(P-1)/P m beta
 (exactly when P divides m), and gTop-k is the first published form 2 alpha log P + 4 k log P beta
-(beta per 4-byte element; Shi et al., ICDCS 2019; papers.md section 3.1). Our Top-k allgather is a
+(beta per 4-byte element; Shi et al., ICDCS 2019, arXiv:1901.04359; the hclhkbu/gtopkssgd README
+before 2019-07-09, which now prints alpha log P + 2k log P beta). Our Top-k allgather is a
 ring, (P-1)(alpha + 8k beta) per call, where the paper writes alpha log P + 2(P-1)k beta (recursive
 doubling latency); the bandwidth terms agree.
 """

@@ -1,32 +1,34 @@
 """Iteration-time model of one S-SGD step and the scaling efficiency it implies.
 
-One step on P workers (papers.md 4; the perf-model paper's decomposition, unverified as printed):
+One step on P workers, decomposed as in Shi, Wang, Chu, "Performance Modeling and Evaluation of
+Distributed Deep Learning Frameworks on GPUs", DataCom 2018 (arXiv:1711.05979):
 
     t_iter = t_io + t_h2d + t_f + [t_b (+) t_comm] + t_compress + t_update
 
-Schemes, as this package's trainer runs them (`ssgd.trainer`: the gradient is flattened after the
-backward pass, selected model-wide, then one collective; papers.md 2.1):
+A scheme is what `Scheme` holds, handed in by the caller (this package never names compressors):
 
-  * ``dense``       : t_b, then one ring allreduce of all d gradients (`cost.dense_seconds`); no
-                      overlap, which is what the trainer does ("SyncEASGD" in papers.md 4).
-  * ``dense_wfbp``  : layer-wise ring allreduce (`cost.allreduce_seconds(net, P, n_l)`) overlapped
-                      with backward by the WFBP timeline (`ssgd.perf.wfbp`; papers.md 4). Not run by the
-                      trainer; the paper's dense baseline (Horovod) overlaps, with tensor fusion.
-  * ``topk``        : exact top-k selection over the flat d-vector, then a ring allgather of k (index,
-                      value) pairs per rank (`cost.sparse_allgather_seconds(net, [k] * P)`).
-  * ``randomk``     : same collective; the selection is an O(d) random draw (`threshold_select_s`).
-  * ``gtopk``       : top-k selection, then gTopKAllReduce (`cost.gtopk_seconds(net, P, k)`).
-  * ``gaussiank``   : O(d) threshold selection (`threshold_select_s`), then a ring allgather of
-                      round(factor * k) pairs per rank; factor is the achieved density / target density
-                      (Gaussian-k does not trim to k; papers.md 2.4, 9.3).
+  * its collective: any object with ``model_seconds(net, P, d, counts)`` (`CollectiveCost`; every
+    `ssgd.comm` collective is one), so the modelled communication is exactly the one the trainer
+    logs for that collective;
+  * its selection cost kind (`SELECTION_COSTS`; a compressor class declares it as
+    ``selection_cost``): "none" costs nothing, "exact_topk" the profile's select_s, "linear" its
+    threshold_select_s;
+  * how many (index, value) entries each rank sends (`Scheme.count`; None: all d, a dense payload);
+  * whether the collective runs layer-wise, overlapped with backward (`layerwise_overlap`).
 
-k = max(int(d * density), 1) as in both released code bases (papers.md 2.5). The merge work inside
-gTopKAllReduce (top-k of 2k candidates per round) and the residual update are not modelled.
+Without overlap, the trainer's step (`ssgd.trainer`: the gradient is flattened after the backward
+pass, selected model-wide, then one collective): t_b, then one call of the collective over the flat
+d-vector, as the authors' simulator's "SyncEASGD" (`Simulator.synceasgd` in hclhkbu/gtopkssgd
+scripts/icdcs2019/communication.py). With ``layerwise_overlap`` (dense payloads only): one call per
+layer of its n_l gradients, overlapped with backward by the WFBP timeline (`ssgd.perf.wfbp`,
+`Simulator.wfbp` there). The trainer does not overlap; the paper's dense baseline (Horovod) does,
+with tensor fusion. The merge work inside gTopKAllReduce and the residual update are not modelled.
 
-Scaling efficiency (papers.md 4 and 7): eff(P) = v_P / v_1 with the batch per worker fixed, where v is
-per-worker throughput, v_P = bs / t_iter(P) and v_1 = bs / (t_io + t_h2d + t_f + t_b + t_update) is the
-plain single-worker run shared by every scheme (the paper's lists start with one P = 1 entry for all
-methods). Hence eff(1) = 1 for dense, and for a sparse scheme eff(1) < 1 by exactly its selection time.
+Scaling efficiency: eff(P) = v_P / v_1 with the batch per worker fixed (the authors'
+`realdata_speedup` in the same script), where v is per-worker throughput, v_P = bs / t_iter(P) and
+v_1 = bs / (t_io + t_h2d + t_f + t_b + t_update) is the plain single-worker run shared by every scheme
+(the script's lists start with one P = 1 entry for all methods). Hence eff(1) = 1 for a dense scheme,
+and for a sparse scheme eff(1) < 1 by exactly its selection time.
 
 `threads_step_time` is the same step as the threads backend runs it on one machine (P workers on K
 pool threads), from the same profile and cost functions; `paper_figs/validate_model.py` compares
@@ -36,17 +38,62 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
+from types import MappingProxyType
+from typing import Protocol
 
-from ssgd.compress.sparse import k_of
-from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.perf.wfbp import no_overlap_seconds, wfbp_seconds
+from ssgd.perf.wfbp import wfbp_seconds
 
-SCHEMES = ("dense", "dense_wfbp", "topk", "randomk", "gtopk", "gaussiank")
 PROFILE_FORMAT = 1
-DEFAULT_DENSITY = 0.001                 # rho of every gTop-k / Gaussian-k experiment (papers.md 6)
+
+# selection cost kind -> the Profile field that times it (None: free). A compressor class names its
+# kind in `selection_cost` (ssgd.compress.base.Compressor).
+SELECTION_COSTS = MappingProxyType({"none": None, "exact_topk": "select_s", "linear": "threshold_select_s"})
+
+
+class CollectiveCost(Protocol):
+    """What the model needs of a collective: its alpha-beta time of one call on P ranks over a
+    d-element gradient, where counts[r] is the number of entries rank r contributes."""
+
+    def model_seconds(self, net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
+        ...
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One S-SGD scheme as the iteration model sees it (see the module docstring).
+
+    collective: its aggregation (`CollectiveCost`).
+    selection: its selection cost kind, a key of SELECTION_COSTS.
+    count: entries each rank contributes per step (k for Top-k; round(factor * k) for Gaussian-k,
+           whose count is not trimmed to k); None: all d entries (a dense payload).
+    layerwise_overlap: one call of the collective per layer, overlapped with backward (WFBP);
+           only for a dense payload (count None).
+    name: a label for tables and figures.
+    """
+
+    collective: CollectiveCost
+    selection: str = "none"
+    count: int | None = None
+    layerwise_overlap: bool = False
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not callable(getattr(self.collective, "model_seconds", None)):
+            raise ValueError(f"scheme {self.name!r}: collective {self.collective!r} has no "
+                             "model_seconds(net, P, d, counts)")
+        if self.selection not in SELECTION_COSTS:
+            raise ValueError(f"scheme {self.name!r}: selection={self.selection!r}; allowed: "
+                             f"{', '.join(SELECTION_COSTS)}")
+        if self.count is not None and (isinstance(self.count, bool) or not isinstance(self.count, int)
+                                       or self.count < 1):
+            raise ValueError(f"scheme {self.name!r}: count={self.count!r} must be an int >= 1 or None (dense)")
+        if self.layerwise_overlap and self.count is not None:
+            raise ValueError(f"scheme {self.name!r}: layer-wise overlap needs a dense payload (count None), "
+                             f"got count={self.count}")
 
 
 @dataclass(frozen=True)
@@ -57,10 +104,10 @@ class Profile:
     is whatever the profile's author grouped (here: a weighted layer with its normalisation
     parameters). params[l] is layer l's parameter count, so d = sum(params).
 
-    batch_size: samples per worker per step (weak scaling; papers.md 6.1).
+    batch_size: samples per worker per step (weak scaling, as the gTop-k paper's scaling runs).
     io_s, h2d_s, update_s: data loading, host-to-device copy and the optimizer step.
-    select_s: exact top-k of the flat d-vector at the profile's d (Top-k and gTop-k).
-    threshold_select_s: an O(d) selection (Gaussian-k threshold, Random-k draw).
+    select_s: exact top-k of the flat d-vector at the profile's d (selection cost "exact_topk").
+    threshold_select_s: an O(d) selection (Gaussian-k threshold, Random-k draw; "linear").
     derivation: free text saying where every number comes from.
     """
 
@@ -110,6 +157,13 @@ class Profile:
     @property
     def t_b(self) -> float:
         return sum(self.backward_s)
+
+    def selection_seconds(self, kind: str) -> float:
+        """Seconds of one selection of cost kind `kind` (a key of SELECTION_COSTS) on the flat d-vector."""
+        if kind not in SELECTION_COSTS:
+            raise ValueError(f"selection cost {kind!r}: allowed: {', '.join(SELECTION_COSTS)}")
+        field = SELECTION_COSTS[kind]
+        return 0.0 if field is None else getattr(self, field)
 
     def single_worker_seconds(self) -> float:
         """Plain SGD on one worker: t_io + t_h2d + t_f + t_b + t_update (no selection, no collective)."""
@@ -170,10 +224,10 @@ def rescale_batch(profile: Profile, batch_size: int) -> Profile:
 
 @dataclass(frozen=True)
 class IterationTime:
-    """One modelled step, split into the parts papers.md 4 and 7 name (seconds).
+    """One modelled step, split into the parts of the perf-model paper's decomposition (seconds).
 
-    comm_s is the communication NOT hidden behind backward (all of it unless the scheme is
-    dense_wfbp), so the parts add up to the iteration time.
+    comm_s is the communication NOT hidden behind backward (all of it unless the scheme overlaps
+    layer-wise), so the parts add up to the iteration time.
     """
 
     io_s: float
@@ -186,7 +240,8 @@ class IterationTime:
 
     @property
     def compute_s(self) -> float:
-        """Everything but compression and exposed communication (papers.md 7's "Computation")."""
+        """Everything but compression and exposed communication ("Computation" of the gTop-k
+        paper's time breakdown, `plot_breakdown` in hclhkbu/gtopkssgd scripts/icdcs2019/communication.py)."""
         return self.io_s + self.h2d_s + self.forward_s + self.backward_s + self.update_s
 
     @property
@@ -194,88 +249,53 @@ class IterationTime:
         return self.compute_s + self.compress_s + self.comm_s
 
 
-def _check_scheme(scheme: str) -> None:
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme={scheme!r}: must be one of {', '.join(SCHEMES)}")
-
-
-def gaussian_counts(k: int, P: int, factor: float) -> list[int]:
-    """Per-rank selection counts of Gaussian-k with achieved/target density `factor` (> 0)."""
-    if not factor > 0:
-        raise ValueError(f"gaussian factor={factor!r}: must be > 0 (achieved density / target density)")
-    return [max(1, round(factor * k))] * P
-
-
-def comm_seconds(net: AlphaBeta, scheme: str, P: int, d: int, density: float = DEFAULT_DENSITY,
-                 gaussian_factor: float = 1.0) -> float:
-    """Seconds of the scheme's one collective over the flat d-vector, from `ssgd.perf.cost`
-    (dense_wfbp: the same single allreduce; its layer-wise timeline is in `iteration_time`)."""
-    _check_scheme(scheme)
-    if scheme in ("dense", "dense_wfbp"):
-        return cost.dense_seconds(net, P, d)
-    k = k_of(d, density)
-    if scheme == "gtopk":
-        return cost.gtopk_seconds(net, P, k)
-    counts = gaussian_counts(k, P, gaussian_factor) if scheme == "gaussiank" else [k] * P
-    return cost.sparse_allgather_seconds(net, counts)
-
-
-def compress_seconds(profile: Profile, scheme: str) -> float:
-    """Selection time of the scheme on the profile's flat gradient (0 for dense)."""
-    _check_scheme(scheme)
-    if scheme in ("topk", "gtopk"):
-        return profile.select_s
-    if scheme in ("gaussiank", "randomk"):
-        return profile.threshold_select_s
-    return 0.0
-
-
-def iteration_time(profile: Profile, scheme: str, net: AlphaBeta, P: int, density: float = DEFAULT_DENSITY,
-                   gaussian_factor: float = 1.0) -> IterationTime:
-    """Modelled step of `scheme` on P workers (see the module docstring for each scheme)."""
-    _check_scheme(scheme)
+def _check_P(P: int) -> None:
     if isinstance(P, bool) or not isinstance(P, int) or P < 1:
         raise ValueError(f"P={P!r}: must be an int >= 1")
-    if not 0 < density <= 1:
-        raise ValueError(f"density={density!r}: must be in (0, 1]")
+
+
+def comm_seconds(scheme: Scheme, net: AlphaBeta, P: int, d: int) -> float:
+    """Seconds of one call of the scheme's collective over the flat d-vector on P ranks, each rank
+    contributing `scheme.count` entries (all d when None)."""
+    _check_P(P)
+    count = d if scheme.count is None else scheme.count
+    return scheme.collective.model_seconds(net, P, d, [count] * P)
+
+
+def iteration_time(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> IterationTime:
+    """Modelled step of `scheme` on P workers (see the module docstring)."""
+    _check_P(P)
     t_b = profile.t_b
-    if scheme == "dense_wfbp":
-        per_layer = [cost.allreduce_seconds(net, P, n) for n in profile.params]
+    if scheme.layerwise_overlap:
+        per_layer = [scheme.collective.model_seconds(net, P, n, [n] * P) for n in profile.params]
         exposed = wfbp_seconds(profile.backward_s, per_layer) - t_b
-    elif scheme == "dense":
-        exposed = no_overlap_seconds(profile.backward_s, profile.params,
-                                     lambda n: cost.allreduce_seconds(net, P, n)) - t_b
     else:
-        exposed = comm_seconds(net, scheme, P, profile.d, density, gaussian_factor)
+        exposed = comm_seconds(scheme, net, P, profile.d)
     return IterationTime(io_s=profile.io_s, h2d_s=profile.h2d_s, forward_s=profile.t_f, backward_s=t_b,
-                         compress_s=compress_seconds(profile, scheme), comm_s=max(exposed, 0.0),
+                         compress_s=profile.selection_seconds(scheme.selection), comm_s=max(exposed, 0.0),
                          update_s=profile.update_s)
 
 
-def iteration_seconds(profile: Profile, scheme: str, net: AlphaBeta, P: int, density: float = DEFAULT_DENSITY,
-                      gaussian_factor: float = 1.0) -> float:
+def iteration_seconds(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> float:
     """t_iter of `iteration_time`."""
-    return iteration_time(profile, scheme, net, P, density, gaussian_factor).total_s
+    return iteration_time(profile, scheme, net, P).total_s
 
 
-def throughput(profile: Profile, scheme: str, net: AlphaBeta, P: int, density: float = DEFAULT_DENSITY,
-               gaussian_factor: float = 1.0) -> float:
-    """Per-worker samples per second, bs / t_iter (papers.md 7's lists are per-worker)."""
-    return profile.batch_size / iteration_seconds(profile, scheme, net, P, density, gaussian_factor)
+def throughput(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> float:
+    """Per-worker samples per second, bs / t_iter."""
+    return profile.batch_size / iteration_seconds(profile, scheme, net, P)
 
 
-def scaling_efficiency(profile: Profile, scheme: str, net: AlphaBeta, P: int, density: float = DEFAULT_DENSITY,
-                       gaussian_factor: float = 1.0) -> float:
-    """eff(P) = v_P / v_1 = t_single / t_iter(P), v_1 the plain single-worker run (papers.md 4, 7)."""
-    return profile.single_worker_seconds() / iteration_seconds(profile, scheme, net, P, density, gaussian_factor)
+def scaling_efficiency(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> float:
+    """eff(P) = v_P / v_1 = t_single / t_iter(P), v_1 the plain single-worker run (module docstring)."""
+    return profile.single_worker_seconds() / iteration_seconds(profile, scheme, net, P)
 
 
-def threads_step_time(profile: Profile, scheme: str, P: int, K: int, net: AlphaBeta,
-                      density: float = DEFAULT_DENSITY, gaussian_factor: float = 1.0) -> IterationTime:
+def threads_step_time(profile: Profile, scheme: Scheme, P: int, K: int, net: AlphaBeta) -> IterationTime:
     """Modelled step of the trainer under ``backend=thread`` on ONE machine (`ssgd.world.ThreadWorld`).
 
     There the P virtual workers do not each own a machine, so the step is not `iteration_time`'s.
-    Its three phases (README "How P workers run on one machine"; shared/reference/threads.md):
+    Its three phases:
 
       * compute phase: the workers run on K' = min(K, P) pool threads, each thread running its
         ceil(P / K') workers one after another with one intra-op thread; a worker spends the
@@ -290,15 +310,15 @@ def threads_step_time(profile: Profile, scheme: str, P: int, K: int, net: AlphaB
     io_s, h2d_s and compress_s are ceil(P / K') times the profile's; comm_s and update_s are
     `iteration_time`'s. Assumes K' idle cores, no contention for Python's global lock or memory
     bandwidth between the pool threads, no pool overhead, and (as `iteration_time`) no modelled
-    cost for the residual update or the executor's per-call Python work. ``dense_wfbp`` is
-    rejected: the trainer does not overlap.
+    cost for the residual update or the executor's per-call Python work. A layer-wise overlapped
+    scheme is rejected: the trainer does not overlap.
     """
-    if scheme == "dense_wfbp":
-        raise ValueError("scheme='dense_wfbp': the trainer does not overlap communication with backward; "
-                         "use 'dense'")
+    if scheme.layerwise_overlap:
+        raise ValueError(f"scheme {scheme.name!r}: the trainer does not overlap communication with backward; "
+                         "use a scheme without layerwise_overlap")
     if isinstance(K, bool) or not isinstance(K, int) or K < 1:
         raise ValueError(f"K={K!r}: must be an int >= 1 (pool threads)")
-    one = iteration_time(profile, scheme, net, P, density, gaussian_factor)
+    one = iteration_time(profile, scheme, net, P)
     n = math.ceil(P / min(K, P))
     return replace(one, io_s=n * one.io_s, h2d_s=n * one.h2d_s, forward_s=n * one.forward_s,
                    backward_s=n * one.backward_s, compress_s=n * one.compress_s)

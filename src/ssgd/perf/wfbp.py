@@ -1,6 +1,6 @@
 """Wait-free backpropagation (WFBP) timeline and its no-overlap counterpart; pure functions on floats.
 
-The authors' simulator (`Simulator.wfbp` in the gTop-k plotting scripts; papers.md section 4): the
+The authors' simulator (`Simulator.wfbp` in hclhkbu/gtopkssgd scripts/icdcs2019/communication.py): the
 layers are listed in backward order (output layer first), layer l has backward compute c_l and
 communication (its own allreduce) m_l. Backward runs back to back, so layer l's backward starts at
 start_l = sum_{j<l} c_j and ends at start_l + c_l; its allreduce starts when both its gradient is
@@ -26,7 +26,7 @@ def _check(compute: Sequence[float], comm: Sequence[float]) -> None:
 
 
 def wfbp_starts(compute: Sequence[float], comm: Sequence[float]) -> list[float]:
-    """Start time s_l of every layer's communication (papers.md 4, `Simulator.wfbp`).
+    """Start time s_l of every layer's communication (the authors' `Simulator.wfbp`).
 
     compute, comm: c_l and m_l in seconds, same length, backward order (first = output layer).
     Returns [s_1, ..., s_L]; empty for no layers.
@@ -54,7 +54,7 @@ def wfbp_seconds(compute: Sequence[float], comm: Sequence[float]) -> float:
 def no_overlap_seconds(compute: Sequence[float], sizes: Sequence[int],
                        comm_of: Callable[[int], float]) -> float:
     """t_b + t_c(sum of sizes): backward of every layer, then one collective of all gradients
-    (papers.md 4, "SyncEASGD"). comm_of maps an element count to seconds, e.g.
+    (the authors' `Simulator.synceasgd`, "SyncEASGD"). comm_of maps an element count to seconds, e.g.
     `lambda n: cost.allreduce_seconds(net, P, n)`."""
     if len(compute) != len(sizes):
         raise ValueError(f"no_overlap: {len(compute)} compute times but {len(sizes)} sizes")

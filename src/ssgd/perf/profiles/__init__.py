@@ -1,7 +1,7 @@
 """Shipped iteration-time profiles (JSON), calibrated to the gTop-k paper's hardware.
 
-Written by `python -m ssgd.perf.make_profiles`; each file's "derivation" field says where every
-number comes from (papers.md section 7). Load one with `load("resnet20")`.
+Written by `python -m ssgd.tools.make_profiles` from the gTop-k paper's numbers (`ssgd.perf.paper`);
+each file's "derivation" field says where every number comes from. Load one with `load("resnet20")`.
 """
 from __future__ import annotations
 

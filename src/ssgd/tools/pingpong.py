@@ -1,9 +1,9 @@
-"""Ping-pong between ranks 0 and 1: `mpiexec -n 2 python -m mpi4py -m ssgd.perf.pingpong OUT.json`.
+"""Ping-pong between ranks 0 and 1: `mpiexec -n 2 python -m mpi4py -m ssgd.tools.pingpong OUT.json`.
 
-For each message size (8 B to 64 MiB, powers of 4) rank 0 sends a buffer to rank 1 and back,
+For each message size (8 B to 128 MiB, powers of 4) rank 0 sends a buffer to rank 1 and back,
 `reps` times after a warm-up; the one-way time is half the median round trip. Rank 0 writes
 {"nbytes": [...], "seconds": [...], "mpi": library version, "hosts": [...]} to OUT.json.
-Run it through `make alphabeta` (ssgd.perf.calibrate), which fits alpha and beta.
+Run it through `make alphabeta` (ssgd.tools.calibrate), which fits alpha and beta.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 import torch
 from mpi4py import MPI
 
-SIZES = [8 * 4**i for i in range(13)]        # 8 B .. 128 MiB / 2
+SIZES = [8 * 4**i for i in range(13)]        # 8 B .. 128 MiB
 
 
 def one_way_seconds(comm: MPI.Comm, nbytes: int) -> float:
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     if comm.size != 2 or len(argv) != 1:
         if comm.rank == 0:
-            print("usage: mpiexec -n 2 python -m mpi4py -m ssgd.perf.pingpong OUT.json", file=sys.stderr)
+            print("usage: mpiexec -n 2 python -m mpi4py -m ssgd.tools.pingpong OUT.json", file=sys.stderr)
         return 2
     seconds = [one_way_seconds(comm, n) for n in SIZES]
     hosts = comm.gather(socket.gethostname(), root=0)

@@ -1,8 +1,8 @@
 """`make alphabeta`: measure alpha and beta of your network and write a cluster config.
 
-    python -m ssgd.perf.calibrate --name mylab --world-size 16 [--hostfile hosts.txt] [--force]
+    python -m ssgd.tools.calibrate --name mylab --world-size 16 [--hostfile hosts.txt] [--force]
 
-Runs `ssgd.perf.pingpong` on 2 MPI ranks (on 2 hosts of the hostfile, or on this machine), fits
+Runs `ssgd.tools.pingpong` on 2 MPI ranks (on 2 hosts of the hostfile, or on this machine), fits
 t = alpha + n beta by relative least squares (`fit_alpha_beta`), prints the points and the fit,
 and writes conf/cluster/<name>.yaml, usable as `python src/train.py cluster=<name>`. An existing
 file is kept unless --force. This process stays MPI-free (it launches mpiexec).
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "pingpong.json"
         argv_mpi = [mpiexec_path(), "-n", "2"] + (["--hostfile", args.hostfile] if args.hostfile else [])
-        argv_mpi += [sys.executable, "-m", "mpi4py", "-m", "ssgd.perf.pingpong", str(result)]
+        argv_mpi += [sys.executable, "-m", "mpi4py", "-m", "ssgd.tools.pingpong", str(result)]
         status = subprocess.run(argv_mpi, env=worker_env(local=args.hostfile is None), timeout=600).returncode
         if status != 0 or not result.exists():
             print(f"error: the ping-pong job failed (exit status {status})", file=sys.stderr)

@@ -1,11 +1,14 @@
-"""`python -m ssgd.perf.make_profiles [--out DIR]`: write the shipped profiles (src/ssgd/perf/profiles/).
+"""`python -m ssgd.tools.make_profiles [--out DIR] [--only NAME ...]`: write the shipped profiles
+(src/ssgd/perf/profiles/*.json) from the gTop-k paper's numbers (`ssgd.perf.paper`) and the real models.
 
-Calibration to the gTop-k paper's cluster (one P102-100 GPU per 1 GbE machine, inferred; papers.md 7):
+Calibration to the gTop-k paper's cluster (Shi et al., ICDCS 2019, arXiv:1901.04359: 32 machines on
+1 GbE, one P102-100 GPU each by a code comment of the released code):
 
-  * Compute per iteration T = bs / v_1, with v_1 the P = 1 per-worker throughput of the scaling lists
-    (papers.md 7) and bs the scaling figure's batch per worker (VGG-16 128, the others 32;
-    papers.md 6.4). All of T is forward + backward: t_f = T / 3, t_b = 2 T / 3 (the authors'
-    t_f = 0.5 t_b, papers.md 4); t_io = t_h2d = t_update = 0 because papers.md gives no split.
+  * Compute per iteration T = bs / v_1, with v_1 the P = 1 per-worker throughput of the authors'
+    scaling lists (`realdata_speedup` in hclhkbu/gtopkssgd scripts/icdcs2019/communication.py) and bs
+    that figure's batch per worker (VGG-16 128, the others 32). All of T is forward + backward:
+    t_f = T / 3, t_b = 2 T / 3 (t_f = 0.5 t_b, as the authors' `gmwfbp_speedup` in the same script);
+    t_io = t_h2d = t_update = 0 because the paper's data has no split.
   * Layers: every module with weights that do arithmetic (Conv, Linear, LSTM, Embedding) starts a
     layer; normalisation parameters (BatchNorm) join the weighted layer that precedes them in the
     forward pass. Backward order = reverse of the forward call order. Parameter counts come from the
@@ -14,9 +17,10 @@ Calibration to the gTop-k paper's cluster (one P102-100 GPU per 1 GbE machine, i
     multiply-accumulates per sample (counted by forward hooks on one sample); not parameter counts,
     which would give AlexNet's and VGG's FC layers nearly all the time.
   * select_s (exact top-k of the flat d-vector) = the "Compression" seconds of the 32-worker gTop-k
-    time breakdown (papers.md 7). It depends on d, not on the batch, so the breakdown's different batch
-    sizes do not matter. Where no breakdown exists (LSTM-PTB) it is the authors' top-k model
-    s d log2 d, s = 2.18896957e-10 s (papers.md 3.4, same GPU per its code comment).
+    time breakdown (`plot_breakdown` in the same script). It depends on d, not on the batch, so the
+    breakdown's different batch sizes do not matter. Where no breakdown exists (LSTM-PTB) it is the
+    authors' top-k model s d log2 d, s = 2.18896957e-10 s (`topk_perf_model`, hclhkbu/GaussianK-SGD
+    utils.py, commented "P102-100").
   * threshold_select_s (Gaussian-k, Random-k) = select_s * 6 / log2 d: an ASSUMPTION, not paper data
     (6 passes over d: std_mean, |u|, up to 3 compare-and-nonzero, against ~log2 d for a sort-like top-k).
 
@@ -27,39 +31,19 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from ssgd.perf import profiles
 from ssgd.perf.iteration import Profile
+from ssgd.perf.paper import PAPER_MODELS, TOPK_SECONDS_PER_NLOGN, PaperModel
 
-TOPK_SECONDS_PER_NLOGN = 2.18896957e-10        # papers.md 3.4, topk_perf_model (P102-100)
 GAUSSIAN_PASSES = 6                            # assumption, see the module docstring
-FORWARD_SHARE = 1 / 3                          # t_f = 0.5 t_b (papers.md 4, gmwfbp_speedup)
+FORWARD_SHARE = 1 / 3                          # t_f = 0.5 t_b (the authors' `gmwfbp_speedup`)
 WEIGHTED = (nn.Conv2d, nn.Linear, nn.LSTM, nn.Embedding)
-
-
-@dataclass(frozen=True)
-class PaperModel:
-    """One model's numbers from papers.md 7 (authors' plotting scripts)."""
-
-    name: str
-    title: str
-    batch_size: int                            # scaling figure's batch per worker
-    v1: float                                  # P = 1 per-worker throughput, samples/s
-    breakdown_s: tuple[float, float, float] | None   # 32-worker gTop-k computation/compression/communication
-    breakdown_samples: int | None              # samples per iteration of the breakdown run
-
-
-PAPER_MODELS = (
-    PaperModel("vgg16", "VGG-16 (CIFAR-10)", 128, 1317.333, (0.1395, 0.0914, 0.8118), 128),
-    PaperModel("resnet20", "ResNet-20 (CIFAR-10)", 32, 920.632, (0.1460, 0.00162, 0.0247), 128),
-    PaperModel("alexnet", "AlexNet (ImageNet)", 32, 173.469, (0.2572, 0.3838, 3.3630), 64),
-    PaperModel("resnet50", "ResNet-50 (ImageNet)", 32, 52.873, (4.882, 0.154, 1.424), 256),
-    PaperModel("lstm_ptb", "LSTM-PTB", 32, 392.0, None, None),
-)
+SOURCE = "hclhkbu/gtopkssgd scripts/icdcs2019/communication.py"
 
 
 # --- the real models -----------------------------------------------------------------------------
@@ -76,7 +60,7 @@ def build_model(name: str) -> tuple[nn.Module, torch.Tensor]:
         import torchvision
 
         model, x = getattr(torchvision.models, name)(weights=None), torch.zeros(1, 3, 224, 224)
-    elif name == "lstm_ptb":   # papers.md 6.1: 2 layers, emb = hidden = 1500, 35 steps, keep 0.35, vocab 10k
+    elif name == "lstm_ptb":   # gTop-k released code (hclhkbu/gtopkssgd): 2 layers, emb = hidden = 1500, 35 steps, keep 0.35
         model = LSTMLM(DataSpec("tokens", (35,), 10000), emb=1500, hidden=1500, layers=2, dropout=0.65)
         x = torch.zeros(1, 35, dtype=torch.long)
     else:
@@ -134,7 +118,7 @@ def layer_table(model: nn.Module, x: torch.Tensor) -> list[tuple[str, int, int]]
 
 # --- calibration ---------------------------------------------------------------------------------
 def topk_model_seconds(d: int) -> float:
-    """The authors' top-k selection time model s d log2 d (papers.md 3.4)."""
+    """The authors' top-k selection time model s d log2 d (`topk_perf_model`, hclhkbu/GaussianK-SGD utils.py)."""
     return TOPK_SECONDS_PER_NLOGN * d * math.log2(d)
 
 
@@ -152,23 +136,26 @@ def make_profile(pm: PaperModel) -> Profile:
     model_sel = topk_model_seconds(d)
     lines = [
         f"{pm.title}: d = {d:,} parameters in {len(names)} layers (backward order), bs {pm.batch_size} per worker.",
-        f"Compute: T = bs / v_1 = {pm.batch_size} / {pm.v1} samples/s = {T:.6g} s (papers.md 7, P = 1 entry), "
-        f"all of it forward + backward, t_f = T/3 = {t_f:.6g} s, t_b = 2T/3 = {t_b:.6g} s (papers.md 4: t_f = 0.5 t_b); "
-        "io, h2d and update 0 (no split in papers.md).",
+        f"Compute: T = bs / v_1 = {pm.batch_size} / {pm.v1} samples/s = {T:.6g} s (P = 1 entry of the gTop-k paper's "
+        f"scaling lists, `realdata_speedup` in {SOURCE}), all of it forward + backward, t_f = T/3 = {t_f:.6g} s, "
+        f"t_b = 2T/3 = {t_b:.6g} s (t_f = 0.5 t_b as the authors' `gmwfbp_speedup`); io, h2d and update 0 "
+        "(the paper's data has no split).",
         f"Per-layer split proportional to forward MACs per sample (total {total_macs:,}); BatchNorm parameters "
         "join the preceding weighted layer.",
     ]
     if pm.breakdown_s is not None:
         comp, sel, comm = pm.breakdown_s
         lines.append(
-            f"select_s = {sel} s: 'Compression' of the 32-worker gTop-k time breakdown (papers.md 7); the authors' "
-            f"s d log2 d model (papers.md 3.4) gives {model_sel:.4g} s. Cross-check: the breakdown's computation "
+            f"select_s = {sel} s: 'Compression' of the 32-worker gTop-k time breakdown (`plot_breakdown` in the same "
+            f"script); the authors' s d log2 d model (`topk_perf_model`, hclhkbu/GaussianK-SGD utils.py) gives "
+            f"{model_sel:.4g} s. Cross-check: the breakdown's computation "
             f"{comp} s for {pm.breakdown_samples} samples is {pm.breakdown_samples / comp:.1f} samples/s vs v_1 = {pm.v1}; "
             f"its total {sum(pm.breakdown_s):.4g} s is {pm.breakdown_samples / sum(pm.breakdown_s):.2f} samples/s per worker.")
         select = sel
     else:
         lines.append(f"select_s = {model_sel:.4g} s from the authors' top-k model s d log2 d, s = {TOPK_SECONDS_PER_NLOGN} "
-                     "(papers.md 3.4): papers.md has no time breakdown for this model.")
+                     "(`topk_perf_model`, hclhkbu/GaussianK-SGD utils.py): the authors' scripts have no time "
+                     "breakdown for this model.")
         select = model_sel
     threshold = select * GAUSSIAN_PASSES / math.log2(d)
     lines.append(f"threshold_select_s = select_s * {GAUSSIAN_PASSES} / log2 d = {threshold:.4g} s: an assumption "
@@ -179,12 +166,15 @@ def make_profile(pm: PaperModel) -> Profile:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ssgd.perf import profiles
-
     ap = argparse.ArgumentParser(description="Write the shipped iteration-time profiles (JSON)")
     ap.add_argument("--out", default=None, help="output folder (default: the ssgd.perf.profiles package)")
     ap.add_argument("--only", nargs="*", default=None, help="model names (default: all)")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.only or ()) - {pm.name for pm in PAPER_MODELS})
+    if unknown:
+        print(f"error: --only {' '.join(unknown)}: not a model of the paper's scaling data; allowed: "
+              f"{', '.join(pm.name for pm in PAPER_MODELS)}", file=sys.stderr)
+        return 2
     out = Path(args.out) if args.out else profiles.directory()
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)

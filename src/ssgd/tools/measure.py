@@ -1,6 +1,6 @@
 """Profile a configured model on THIS machine: per-layer forward/backward times and sizes.
 
-    python -m ssgd.perf.measure model=resnet20 dataset=synthetic_cifar10 trainer.batch_size=32 \
+    python -m ssgd.tools.measure model=resnet20 dataset=synthetic_cifar10 trainer.batch_size=32 \
         [out=profiles/resnet20-local.json] [reps=10]
 
 Runs as one worker of the trainer does (one intra-op thread), times every module that owns
@@ -43,6 +43,26 @@ def _timed(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+def _forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: list, reps: int,
+                      on_warmup=lambda: None) -> tuple[float, float]:
+    """Median forward and backward seconds over `reps` iterations after one warm-up (then
+    `on_warmup()`), both timed inside the same iterations, so that neither is a difference of two
+    noisy medians."""
+    f, b = [], []
+    for i in range(reps + 1):
+        t0 = time.perf_counter()
+        loss, _ = loss_and_correct(model(x), y)
+        t1 = time.perf_counter()
+        torch.autograd.grad(loss, params, allow_unused=True)
+        t2 = time.perf_counter()
+        if i:
+            f.append(t1 - t0)
+            b.append(t2 - t1)
+        else:
+            on_warmup()
+    return statistics.median(f), statistics.median(b)
+
+
 def measure_profile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: str, reps: int = 10,
                     density: float = 0.001) -> Profile:
     """Per-layer times of `model` on the batch (x, y); see the module docstring."""
@@ -58,34 +78,23 @@ def measure_profile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: st
             module.register_full_backward_hook(lambda m, gi, go, n=lname: backward[n].append(time.perf_counter() - starts[("b", n)])),
         ]
     params = [p for p in model.parameters() if p.requires_grad]
-    totals: dict[str, list[float]] = defaultdict(list)
     model.train()
     warnings.filterwarnings("ignore", message="Full backward hook is firing")   # first layer: input needs no grad
-    for i in range(reps + 1):
-        t0 = time.perf_counter()
-        loss, _ = loss_and_correct(model(x), y)
-        t1 = time.perf_counter()
-        torch.autograd.grad(loss, params, allow_unused=True)
-        t2 = time.perf_counter()
-        if i:                                    # iteration 0 is a warm-up
-            totals["f"].append(t1 - t0)
-            totals["b"].append(t2 - t1)
-        else:
-            forward.clear(), backward.clear()
+    hooked_f, hooked_b = _forward_backward(model, x, y, params, reps,
+                                           on_warmup=lambda: (forward.clear(), backward.clear()))
     for h in handles:
         h.remove()
     names = [n for n, _ in layers][::-1]         # backward order, as Profile wants
     fwd = [statistics.median(forward[n]) if forward[n] else 0.0 for n in names]
     bwd = [statistics.median(backward[n]) if backward[n] else 0.0 for n in names]
     sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for _, m in layers][::-1]
-    fwd.append(max(statistics.median(totals["f"]) - sum(fwd), 0.0))     # the "other" layer
-    bwd.append(max(statistics.median(totals["b"]) - sum(bwd), 0.0))
+    fwd.append(max(hooked_f - sum(fwd), 0.0))     # the "other" layer
+    bwd.append(max(hooked_b - sum(bwd), 0.0))
     # the hooks themselves cost time (~30 % on ResNet-20): keep their shares, but scale every layer
-    # so that the totals are those of the same iterations without hooks
-    plain_f = _timed(lambda: loss_and_correct(model(x), y), reps)
-    plain = _timed(lambda: torch.autograd.grad(loss_and_correct(model(x), y)[0], params, allow_unused=True), reps)
+    # so that the totals are the forward and backward medians of iterations without hooks
+    plain_f, plain_b = _forward_backward(model, x, y, params, reps)
     fwd = [t * plain_f / max(sum(fwd), 1e-12) for t in fwd]
-    bwd = [t * max(plain - plain_f, 0.0) / max(sum(bwd), 1e-12) for t in bwd]
+    bwd = [t * plain_b / max(sum(bwd), 1e-12) for t in bwd]
     d = sum(sizes)
     u = torch.randn(d)
     optimizer = torch.optim.SGD(params, lr=1e-9, momentum=0.9, weight_decay=1e-4)
@@ -97,10 +106,10 @@ def measure_profile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: st
         select_s=_timed(lambda: TopK().compress(u, density), reps),
         threshold_select_s=_timed(lambda: GaussianK().compress(u, density), reps),
         update_s=_timed(optimizer.step, reps),
-        derivation=(f"measured by `python -m ssgd.perf.measure` on this machine ({torch.get_num_threads()} intra-op "
+        derivation=(f"measured by `python -m ssgd.tools.measure` on this machine ({torch.get_num_threads()} intra-op "
                     f"thread(s), torch {torch.__version__}): median of {reps} iterations after a warm-up; per-layer "
                     f"shares from forward/backward hooks on modules that own parameters (the rest in 'other'), "
-                    f"scaled to the forward and forward+backward times measured without hooks; "
+                    f"scaled to the forward and backward times measured without hooks; "
                     f"selection of the flat d = {d} vector at density {density}"),
     )
 

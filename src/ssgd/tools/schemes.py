@@ -1,0 +1,74 @@
+"""The iteration model's `Scheme` of a compressor config: conf/compressor/<name>.yaml -> `ssgd.perf`.
+
+A scheme is read from its YAML, never listed here, so a new compressor config shows up in the
+scaling figures and the model validation without editing `ssgd.perf`:
+
+  * collective: `hydra.utils.instantiate` of the YAML's ``collective`` node (its `model_seconds` is
+    the communication the trainer logs);
+  * selection cost kind: the ``selection_cost`` class attribute of the YAML's ``compress._target_``
+    class (`ssgd.compress.base.Compressor`), read without building the compressor;
+  * entries per rank: k = max(int(d * density), 1) (`ssgd.compress.sparse.k_of`, as both released
+    code bases), density the YAML's unless given; times `count_factor` for a compressor whose count is
+    not trimmed to k (Gaussian-k: achieved density / target density, measured by the caller). A k of d
+    (density 1, the dense config) is a dense payload.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from ssgd.compress.sparse import k_of
+from ssgd.perf.iteration import SELECTION_COSTS, Scheme
+
+CONF = Path(__file__).resolve().parents[3] / "conf" / "compressor"
+LAYERWISE = "dense_wfbp"       # label of the dense config with layer-wise overlap (not a compressor config)
+
+
+def names() -> list[str]:
+    """The compressor configs, sorted (conf/compressor/*.yaml stems)."""
+    return sorted(p.stem for p in CONF.glob("*.yaml"))
+
+
+def load_config(name: str) -> DictConfig:
+    """conf/compressor/<name>.yaml; ValueError naming the allowed names when there is none."""
+    path = CONF / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"compressor {name!r}: no conf/compressor/{name}.yaml; allowed: {', '.join(names())}")
+    return OmegaConf.load(path)
+
+
+def selection_cost(cfg: DictConfig, name: str = "?") -> str:
+    """The selection cost kind of the config's compressor class (a key of `SELECTION_COSTS`)."""
+    cls = get_class(cfg.compress._target_)
+    kind = getattr(cls, "selection_cost", None)
+    if kind not in SELECTION_COSTS:
+        raise ValueError(f"compressor {name!r}: {cls.__qualname__}.selection_cost = {kind!r}; "
+                         f"it must be one of {', '.join(SELECTION_COSTS)}")
+    return kind
+
+
+def scheme(name: str, d: int, density: float | None = None, count_factor: float = 1.0,
+           layerwise_overlap: bool = False) -> Scheme:
+    """The model's scheme of compressor config `name` for a d-parameter model (module docstring).
+
+    density: the YAML's ``density`` when None; must be in (0, 1]. count_factor > 0 scales k.
+    layerwise_overlap: one call of the collective per layer, overlapped with backward (WFBP; the
+    paper's Horovod baseline overlaps, the trainer does not): a dense payload only, labelled
+    "dense_wfbp". ValueError on bad input.
+    """
+    cfg = load_config(name)
+    rho = float(cfg.density) if density is None else density
+    if not 0 < rho <= 1:
+        raise ValueError(f"compressor {name!r}: density={rho!r} must be in (0, 1]")
+    if not count_factor > 0:
+        raise ValueError(f"compressor {name!r}: count_factor={count_factor!r} must be > 0 "
+                         "(achieved density / target density)")
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError(f"d={d!r}: must be an int >= 1 (model parameters)")
+    k = k_of(d, rho)
+    count = None if k == d else max(1, round(count_factor * k))
+    return Scheme(collective=instantiate(cfg.collective), selection=selection_cost(cfg, name), count=count,
+                  layerwise_overlap=layerwise_overlap, name=LAYERWISE if layerwise_overlap else name)
+
