@@ -23,7 +23,6 @@ README_LIMIT = 12_000  # bytes: a README a newcomer reads in five minutes
 ALLOW_PENDING = {
     "docs/adding-a-compressor.md",
     "docs/collectives.md",
-    "docs/scaling-model.md",
 }
 
 # Files outside this repository that nothing in it may point to (split so that this file does not
