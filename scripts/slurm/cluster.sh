@@ -55,7 +55,7 @@ any_running() {
 node_name() { hostname -s; }
 
 node_state() {  # sinfo's compact state of our node ("idle", "mix", "alloc", "down*", ...), empty when unreachable
-    timeout 10 sinfo -h -N -n "$(node_name)" -o %t 2>/dev/null | head -n1 | tr -d ' '
+    { timeout 10 sinfo -h -N -n "$(node_name)" -o %t 2>/dev/null | head -n1 | tr -d ' '; } || true
 }
 
 apt_install() {  # packages...; log in $DIR/apt.log; updates the package lists once when the first try fails
@@ -173,6 +173,7 @@ cmd_up() {
         say "already up: node $(node_name) is $(node_state) (SLURM_CONF=$CONF)"
         return 0
     fi
+    [[ $(id -u) == 0 ]] || die "up needs root (slurmd starts jobs as their users; apt-get installs the packages)"
     install_packages
     local before=()
     for d in "${DAEMONS[@]}"; do live_pid "$d" >/dev/null && before+=("$d"); done

@@ -87,7 +87,10 @@ class SlurmCluster:
     def pmix(self) -> str | None:
         """None when `srun --mpi=pmix` starts a task here, else why not (SLURM's mpi/pmix plugin needs
         libpmix.so, Debian's libpmix-dev, when slurmd starts)."""
-        proc = self.run(["srun", "--mpi=pmix", "-n", "1", "true"], timeout=60)
+        try:
+            proc = self.run(["srun", "--mpi=pmix", "-n", "1", "true"], timeout=120)
+        except subprocess.TimeoutExpired:
+            return "`srun --mpi=pmix -n 1 true` did not finish within 120 s"
         if proc.returncode == 0:
             return None
         return " ".join(proc.stderr.split())[:300] or f"exit status {proc.returncode}"
@@ -104,7 +107,8 @@ def _find_cluster() -> SlurmCluster | str:
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     status = subprocess.run(["bash", str(CLUSTER_SH), "status"], env=env, capture_output=True, text=True, timeout=60)
     if status.returncode != 0:
-        return f"the single-node SLURM cluster is not up (`make slurm-up` starts it): {status.stdout.strip()[-300:]}"
+        said = "; ".join(line.removeprefix("cluster.sh: ") for line in status.stdout.split("\n") if line.strip())
+        return f"the single-node SLURM cluster is not up (`make slurm-up` starts it): {said[-300:]}"
     info = subprocess.run(["sinfo", "-h", "-o", "%P %c"], env=env, capture_output=True, text=True, timeout=30)
     partition, cpus = info.stdout.split()[:2]
     return SlurmCluster(conf=conf, partition=partition.rstrip("*"), cpus=int(cpus.rstrip("+")), env=env)
