@@ -103,5 +103,15 @@ profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's nu
 validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (~2 min; OUT=dir)
 	$(PY) paper_figs/validate_model.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
+.PHONY: slurm-up slurm-down test-slurm
+slurm-up:  ## single-node SLURM cluster on this machine: installs Debian's slurm + munge as root, starts them (~1 min first time)
+	scripts/slurm/cluster.sh up
+
+slurm-down:  ## stop the daemons slurm-up started
+	scripts/slurm/cluster.sh down
+
+test-slurm: $(STAMP)  ## only the tests against the SLURM cluster (make slurm-up first; ~1-3 min)
+	$(PY) -m pytest -q -m slurm tests/slurm
+
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf outputs multirun wandb .pytest_cache paper_figs/runs

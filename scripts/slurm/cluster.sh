@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# A single-node SLURM cluster on this machine, to try (and test) the SLURM path without a real cluster.
+#
+#   scripts/slurm/cluster.sh up       # install if missing, configure, start munged + slurmctld + slurmd, wait for idle
+#   scripts/slurm/cluster.sh status   # daemons and `sinfo`; exit 0 when the node is usable, 1 otherwise
+#   scripts/slurm/cluster.sh env      # prints `export SLURM_CONF=...`: eval "$(scripts/slurm/cluster.sh env)"
+#   scripts/slurm/cluster.sh down     # cancel its jobs, stop exactly the daemons `up` started
+#
+# Everything lives in one private directory (SSGD_SLURM_DIR, default /tmp/ssgd-slurm): slurm.conf, its own
+# MUNGE key and socket, state, spool, logs and pid files. Nothing under /etc is written, the system's own
+# munge/slurm services (if any) are left alone, and the daemons listen on their own ports (SSGD_SLURM_PORT,
+# default 16817 for slurmctld, +1 for slurmd) so a site SLURM on 6817/6818 is not disturbed.
+# Clients (sinfo, sbatch, srun, submitit) find the cluster through SLURM_CONF=<dir>/slurm.conf.
+#
+# `up` installs Debian's slurmctld, slurmd, slurm-client and munge with apt-get when they are missing (root only;
+# about 10-20 s), and libpmix-dev so that `srun --mpi=pmix` works (SSGD_SLURM_PMIX=0 skips it). Both `up` and
+# `down` are idempotent: running either twice is safe. See docs/slurm.md.
+set -euo pipefail
+trap 'echo "cluster.sh: error: line $LINENO: \`$BASH_COMMAND\` failed (exit $?)" >&2' ERR
+export PATH=$PATH:/usr/sbin:/sbin          # the daemons live in sbin, often not on a user's PATH
+
+DIR=${SSGD_SLURM_DIR:-/tmp/ssgd-slurm}
+PORT=${SSGD_SLURM_PORT:-16817}
+PARTITION=${SSGD_SLURM_PARTITION:-local}
+WAIT_S=${SSGD_SLURM_WAIT_S:-60}
+PMIX=${SSGD_SLURM_PMIX:-1}
+CONF=$DIR/slurm.conf
+PACKAGES=(slurmctld slurmd slurm-client munge)
+DAEMONS=(munged slurmctld slurmd)      # start order; stopped in reverse
+export SLURM_CONF=$CONF
+
+say() { echo "cluster.sh: $*"; }
+die() { echo "cluster.sh: error: $*" >&2; exit 1; }
+
+pidfile() { echo "$DIR/$1.pid"; }
+
+# The pid of daemon $1 if it is alive AND is the program we started with our files (guards against pid reuse).
+live_pid() {
+    local file pid cmd
+    file=$(pidfile "$1")
+    [[ -r $file ]] || return 1
+    pid=$(tr -dc '0-9' < "$file")
+    [[ -n $pid && -r /proc/$pid/cmdline ]] || return 1
+    cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline")
+    [[ $cmd == *"$1"* && $cmd == *"$DIR"* ]] || return 1
+    echo "$pid"
+}
+
+any_running() {
+    local d
+    for d in "${DAEMONS[@]}"; do live_pid "$d" >/dev/null && return 0; done
+    return 1
+}
+
+node_name() { hostname -s; }
+
+node_state() {  # sinfo's compact state of our node ("idle", "mix", "alloc", "down*", ...), empty when unreachable
+    { timeout 10 sinfo -h -N -n "$(node_name)" -o %t 2>/dev/null | head -n1 | tr -d ' '; } || true
+}
+
+apt_install() {  # packages...; log in $DIR/apt.log; updates the package lists once when the first try fails
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@")
+    "${apt[@]}" >>"$DIR/apt.log" 2>&1 && return 0
+    apt-get update -qq >>"$DIR/apt.log" 2>&1 || true
+    "${apt[@]}" >>"$DIR/apt.log" 2>&1
+}
+
+have_pmix() {  # SLURM's mpi/pmix plugin dlopens the unversioned libpmix.so (Debian: libpmix-dev)
+    ! command -v dpkg >/dev/null 2>&1 || dpkg -s libpmix-dev >/dev/null 2>&1
+}
+
+install_packages() {
+    local missing=0 bin
+    for bin in slurmctld slurmd sinfo sbatch srun munged mungekey; do
+        command -v "$bin" >/dev/null 2>&1 || missing=1
+    done
+    if [[ $missing == 1 ]]; then
+        [[ $(id -u) == 0 ]] || die "SLURM/MUNGE are not installed and installing needs root: apt-get install ${PACKAGES[*]}"
+        command -v apt-get >/dev/null 2>&1 || die "SLURM/MUNGE are not installed and apt-get is not available"
+        say "installing ${PACKAGES[*]} with apt-get (about 10-20 s)"
+        apt_install "${PACKAGES[@]}" || die "apt-get install ${PACKAGES[*]} failed (log: $DIR/apt.log)"
+    fi
+    # `srun --mpi=pmix` (scripts/slurm/mpi_srun.sbatch) needs libpmix.so when slurmd starts; optional
+    if [[ $PMIX == 1 ]] && ! have_pmix && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing libpmix-dev for srun --mpi=pmix (about 10-20 s; SSGD_SLURM_PMIX=0 skips it)"
+        apt_install libpmix-dev || say "warning: libpmix-dev did not install (log: $DIR/apt.log); srun --mpi=pmix will fail"
+    fi
+    have_pmix || say "note: no libpmix-dev: srun --mpi=pmix fails on this cluster (mpirun inside sbatch works)"
+}
+
+write_conf() {
+    local node user
+    node=$(slurmd -C 2>/dev/null | head -n1 || true)     # NodeName=<host> CPUs=.. Boards=.. Sockets.. Cores.. Threads.. RealMemory=..
+    [[ $node == NodeName=* ]] || die "\`slurmd -C\` did not describe this node: $node"
+    user=$(id -un)
+    mkdir -p "$DIR/state" "$DIR/spool" "$DIR/munge"
+    cat > "$CONF" <<EOF
+# Written by scripts/slurm/cluster.sh: a single-node test cluster. Regenerated by \`up\` when no daemon runs.
+ClusterName=ssgd
+SlurmctldHost=$(node_name)(127.0.0.1)
+SlurmctldPort=$PORT
+SlurmdPort=$((PORT + 1))
+SlurmUser=$user
+SlurmdUser=$user
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$DIR/munge/munge.socket.2
+# no cgroups: plain process tracking and no task binding (works in containers)
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+MpiDefault=none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+ReturnToService=2
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=5
+MinJobAge=300
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$(pidfile slurmctld)
+SlurmdPidFile=$(pidfile slurmd)
+SlurmctldLogFile=$DIR/slurmctld.log
+SlurmdLogFile=$DIR/slurmd.log
+$node NodeAddr=127.0.0.1 State=UNKNOWN
+PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+start_munged() {
+    live_pid munged >/dev/null && return 0
+    chmod 755 "$DIR/munge"                        # munged wants the socket directory searchable by all
+    [[ -s $DIR/munge/munge.key ]] || mungekey --create --keyfile="$DIR/munge/munge.key"
+    chmod 600 "$DIR/munge/munge.key"
+    munged --socket="$DIR/munge/munge.socket.2" --key-file="$DIR/munge/munge.key" \
+        --pid-file="$(pidfile munged)" --log-file="$DIR/munge/munged.log" --seed-file="$DIR/munge/munged.seed" 9>&- \
+        || die "munged did not start (log: $DIR/munge/munged.log)"
+}
+
+start_daemon() {  # slurmctld | slurmd; both fork into the background and write their pid file
+    live_pid "$1" >/dev/null && return 0
+    local extra=()
+    [[ $1 == slurmctld ]] && extra=(-c)           # fresh state: jobs never outlive `down`
+    "$1" -f "$CONF" "${extra[@]}" 9>&- || die "$1 did not start (log: $DIR/$1.log)"
+    local i
+    for ((i = 0; i < 50; i++)); do live_pid "$1" >/dev/null && return 0; sleep 0.2; done
+    local hint=""
+    grep -qs "Address already in use" "$DIR/$1.log" && hint="; its port is taken: set SSGD_SLURM_PORT (now $PORT)"
+    die "$1 did not stay up (log: $DIR/$1.log$hint)"
+}
+
+wait_idle() {
+    local deadline=$((SECONDS + WAIT_S)) state=""
+    while ((SECONDS < deadline)); do
+        state=$(node_state)
+        case $state in
+            idle|mix|mixed|alloc|allocated|comp|completing) return 0 ;;
+            down*|drain*|drng*|fail*) scontrol update nodename="$(node_name)" state=resume >/dev/null 2>&1 || true ;;
+        esac
+        sleep 0.5
+    done
+    die "node $(node_name) not idle after ${WAIT_S}s (state: '${state:-unreachable}'; logs in $DIR)"
+}
+
+cmd_up() {
+    local t0=$SECONDS d
+    if any_running && [[ -r $CONF ]] && [[ -n $(node_state) ]]; then
+        start_munged; start_daemon slurmctld; start_daemon slurmd; wait_idle
+        say "already up: node $(node_name) is $(node_state) (SLURM_CONF=$CONF)"
+        return 0
+    fi
+    [[ $(id -u) == 0 ]] || die "up needs root (slurmd starts jobs as their users; apt-get installs the packages)"
+    install_packages
+    local before=()
+    for d in "${DAEMONS[@]}"; do live_pid "$d" >/dev/null && before+=("$d"); done
+    # a failed `up` stops the daemons this call started, so nothing half-started is left behind
+    trap 'for d in slurmd slurmctld munged; do [[ " ${before[*]} " == *" $d "* ]] || stop_daemon "$d"; done' EXIT
+    any_running || write_conf
+    start_munged
+    start_daemon slurmctld
+    start_daemon slurmd
+    wait_idle
+    trap - EXIT
+    say "up in $((SECONDS - t0)) s: node $(node_name) is $(node_state), partition $PARTITION"
+    say "use it with: export SLURM_CONF=$CONF"
+}
+
+stop_daemon() {
+    local pid i
+    pid=$(live_pid "$1") || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+    rm -f "$(pidfile "$1")"
+    say "stopped $1 (pid $pid)"
+}
+
+cmd_down() {
+    if live_pid slurmctld >/dev/null; then
+        # our private cluster runs only jobs submitted to it: cancel them so no job step outlives the daemons
+        local jobs
+        jobs=$(timeout 10 squeue -h -o %i 2>/dev/null || true)
+        [[ -n $jobs ]] && timeout 10 scancel $jobs 2>/dev/null || true
+    fi
+    local i
+    for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do stop_daemon "${DAEMONS[i]}"; done
+    say "down (state kept in $DIR)"
+}
+
+cmd_status() {
+    local d pid ok=0
+    for d in "${DAEMONS[@]}"; do
+        if pid=$(live_pid "$d"); then say "$d running (pid $pid)"; else say "$d not running"; ok=1; fi
+    done
+    if [[ $ok == 0 ]] && command -v sinfo >/dev/null 2>&1; then
+        timeout 10 sinfo || ok=1
+        case $(node_state) in idle|mix|mixed|alloc|allocated|comp|completing) ;; *) ok=1 ;; esac
+    fi
+    [[ $ok == 0 ]] && say "up (SLURM_CONF=$CONF)" || say "not up"
+    return $ok
+}
+
+case ${1:-} in
+    up|down|status)
+        mkdir -p "$DIR"; chmod 755 "$DIR"
+        exec 9>"$DIR/lock"; flock -w 120 9 || die "another cluster.sh holds $DIR/lock"
+        "cmd_$1" ;;
+    env) echo "export SLURM_CONF=$CONF" ;;
+    *) echo "usage: $0 up|down|status|env   (private directory: SSGD_SLURM_DIR=$DIR)" >&2; exit 2 ;;
+esac

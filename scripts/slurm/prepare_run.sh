@@ -1,0 +1,37 @@
+# Sourced by the sbatch examples in this folder (not run by itself): check the job's environment, write the
+# run directory with `src/train.py backend=mpi mpi.launch=false`, and set WORKER to the per-rank command.
+#
+#   source "$ROOT/scripts/slurm/prepare_run.sh" [hydra overrides...]
+#
+# In:  SLURM_NTASKS (the allocation: one MPI rank per task), SLURM_SUBMIT_DIR (submit from the repository root,
+#      or set SSGD_ROOT), optional SSGD_PYTHON (default <root>/.venv/bin/python, the project's interpreter)
+#      and SSGD_RUN_DIR (default <root>/outputs/slurm/<job name>-<job id>).
+# Out: ROOT, PY, RUN_DIR, WORKER (array); OMP_NUM_THREADS=1 and the repository's src/ on PYTHONPATH exported.
+# Bad input: one line on stderr and exit 2.
+set -euo pipefail
+
+fail() { echo "error: $*" >&2; exit 2; }
+
+[[ -n ${SLURM_JOB_ID:-} && -n ${SLURM_NTASKS:-} ]] || fail "run this through sbatch (no SLURM_JOB_ID / SLURM_NTASKS)"
+ROOT=${SSGD_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
+[[ -f $ROOT/src/train.py ]] || fail "SSGD_ROOT=$ROOT: no src/train.py (submit from the repository root or set SSGD_ROOT)"
+PY=${SSGD_PYTHON:-$ROOT/.venv/bin/python}
+[[ -x $PY ]] || fail "SSGD_PYTHON=$PY: not an executable (run \`make setup\` or point SSGD_PYTHON at the project's python)"
+RUN_DIR=${SSGD_RUN_DIR:-$ROOT/outputs/slurm/${SLURM_JOB_NAME:-ssgd}-$SLURM_JOB_ID}
+
+for arg in "$@"; do    # the allocation decides the number of ranks: refuse a different cluster.world_size
+    case $arg in
+        cluster.world_size=*) [[ ${arg#*=} == "$SLURM_NTASKS" ]] \
+            || fail "$arg but this job has $SLURM_NTASKS tasks: set the ranks with sbatch --ntasks" ;;
+        backend=*|mpi.launch=*|hydra.run.dir=*) fail "$arg: set by this script (backend=mpi, mpi.launch=false, SSGD_RUN_DIR)" ;;
+    esac
+done
+
+export OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=2 WANDB_SILENT=true
+export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}      # this checkout's package on every rank
+if [[ $(id -u) == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+echo "job $SLURM_JOB_ID: $SLURM_NTASKS tasks on ${SLURM_JOB_NUM_NODES:-?} node(s) ($SLURM_JOB_NODELIST); run dir $RUN_DIR"
+"$PY" "$ROOT/src/train.py" backend=mpi mpi.launch=false "hydra.run.dir=$RUN_DIR" "cluster.world_size=$SLURM_NTASKS" "$@"
+[[ -f $RUN_DIR/worker_config.yaml ]] || fail "src/train.py wrote no $RUN_DIR/worker_config.yaml"
+WORKER=("$PY" -m mpi4py -m ssgd.worker "$RUN_DIR/worker_config.yaml")

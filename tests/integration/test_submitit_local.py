@@ -1,0 +1,37 @@
+"""hydra/launcher=submitit_local: a 2-point sweep, each run in its own submitit process, as on SLURM.
+
+The same launcher plugin and task pickling as hydra/launcher=submitit_slurm (tested against a real cluster in
+tests/slurm/), without a cluster.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def test_submitit_local_sweep_writes_both_runs(tmp_path):
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "WANDB_SILENT": "true",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m", "hydra/launcher=submitit_local",
+                           "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}", "compressor=topk,gtopk",
+                           "trainer.max_steps=3", "wandb.mode=disabled", "trainer.progress=false"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {json.loads(p.read_text())["compressor"]: p.parent for p in sweep.glob("*/summary.json")}
+    assert sorted(runs) == ["gtopk", "topk"], sorted(sweep.iterdir())
+    for compressor, run_dir in runs.items():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert (summary["steps"], summary["world_size"]) == (3, 4), summary
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert rows and rows[-1]["step"] == 3
+    # each run ran in its own submitit job (not in the sweeping process): one result and log per job
+    results = sorted((sweep / ".submitit").glob("*/*_result.pkl"))
+    assert len(results) == 2, sorted((sweep / ".submitit").rglob("*"))
+    assert sum("final val accuracy" in p.read_text() for p in (sweep / ".submitit").glob("*/*_log.out")) == 2

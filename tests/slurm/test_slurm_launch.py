@@ -1,0 +1,61 @@
+"""SLURM for real: the sbatch examples and a Hydra sweep through hydra/launcher=submitit_slurm.
+
+Each job trains FNN-3 for 3 steps on the embedded digits and must leave the run's outputs. Needs the
+single-node cluster (`make slurm-up`); skipped with the reason otherwise (see conftest.py).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, SlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+RUN = ["trainer.max_steps=3", "wandb.mode=disabled", "trainer.progress=false"]
+
+
+def check_run(run_dir: Path, compressor: str, world_size: int) -> None:
+    """The run finished: summary.json with its scheme, P and 3 steps; metrics.jsonl with training records."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["compressor"], summary["world_size"], summary["steps"]) == (compressor, world_size, 3), summary
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows and rows[-1]["step"] == 3 and all("train/loss" in r for r in rows if "val/acc" not in r)
+
+
+@pytest.mark.parametrize("example", ["mpi_mpirun", "mpi_srun"])
+def test_sbatch_example_runs_two_mpi_ranks(example, slurm_cluster: SlurmCluster, tmp_path):
+    if example == "mpi_srun" and slurm_cluster.pmix is not None:
+        pytest.skip(f"srun --mpi=pmix does not start here: {slurm_cluster.pmix}")
+    run_dir = tmp_path / "run"
+    job = slurm_cluster.sbatch(["--ntasks=2", str(ROOT / "scripts" / "slurm" / f"{example}.sbatch"),
+                                "compressor=gtopk", *RUN],
+                               tmp_path / "job.out", env={"SSGD_RUN_DIR": str(run_dir)})
+    assert (job.state, job.exit_code) == ("COMPLETED", "0:0"), job.output[-3000:]
+    assert "2 tasks on 1 node(s)" in job.output
+    check_run(run_dir, "gtopk", world_size=2)
+
+
+def test_sbatch_example_refuses_a_world_size_other_than_its_tasks(slurm_cluster: SlurmCluster, tmp_path):
+    job = slurm_cluster.sbatch(["--ntasks=1", str(ROOT / "scripts" / "slurm" / "mpi_mpirun.sbatch"),
+                                "cluster.world_size=4"], tmp_path / "job.out", timeout=60)
+    assert (job.state, job.exit_code) == ("FAILED", "2:0"), job.output
+    assert "error: cluster.world_size=4 but this job has 1 tasks: set the ranks with sbatch --ntasks" in job.output
+
+
+def test_submitit_slurm_sweep_runs_one_job_per_run(slurm_cluster: SlurmCluster, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = slurm_cluster.run([sys.executable, str(ROOT / "src" / "train.py"), "-m", "hydra/launcher=submitit_slurm",
+                              f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.cpus_per_task=1",
+                              "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}",
+                              "compressor=topk,gtopk", *RUN], timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {json.loads(p.read_text())["compressor"]: p.parent for p in sweep.glob("*/summary.json")}
+    assert sorted(runs) == ["gtopk", "topk"], sorted(sweep.iterdir())
+    for compressor, run_dir in runs.items():
+        check_run(run_dir, compressor, world_size=4)
+    # each run was its own SLURM array task: submitit kept one log folder per task, with the run's report
+    logs = sorted((sweep / ".submitit").glob("*_[01]/*_0_log.out"))
+    assert len(logs) == 2 and all("final val accuracy" in log.read_text() for log in logs), logs
