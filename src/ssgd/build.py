@@ -181,6 +181,8 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
     c = s.config
     data = dataset(s.cfg)
     mdl = model(s.cfg, data, c.seed)
+    d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
+    built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
     labels = {"compressor": c.compressor.name, "cluster": c.cluster.name, "model": s.cfg.model._target_,
               "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
     world = world or ThreadWorld(s.world_size, c.threads)

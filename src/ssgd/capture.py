@@ -1,4 +1,10 @@
-"""Capture of the compensated gradient u = g + e during training (Top-k paper; papers.md 2.4, 5).
+"""Capture of the compensated gradient u = g + e during training.
+
+For the analysis figures of Shi, Chu, Cheung, See, "Understanding Top-k Sparsification in
+Distributed Deep Learning" (arXiv:1911.08772: gradient histograms and the Top-k bound comparison)
+and Shi et al., "A Convergence Analysis of Distributed SGD with Communication-Efficient Gradient
+Sparsification" (IJCAI 2019: the delta ratio). The released GaussianK-SGD code saves rank 0's
+flat u every iteration (hclhkbu/GaussianK-SGD, `LOGGING_GRADIENTS`).
 
 Off by default. With `capture.stats=true`, every `capture.every` steps rank 0 appends one JSON line
 to `<run>/capture/stats.jsonl` computed on ITS u (before the residual is updated):
@@ -8,16 +14,17 @@ to `<run>/capture/stats.jsonl` computed on ITS u (before the residual is updated
                               it that counted as sent after the collective (gTop-k keeps the rest)
   err/topk, err/randk         ||u - TopK(u)||^2 and ||u - RandK(u)||^2 at k = max(int(d * density), 1)
   ratio/<same>                each error divided by ||u||^2 (Top-k paper's bound comparison)
-  bound/linear, bound/square  1 - k/d and (1 - k/d)^2 (papers.md 5)
+  bound/linear, bound/square  1 - k/d and (1 - k/d)^2 (the Random-k expectation, and the Top-k
+                              paper's tighter bound for bell-shaped u)
   u/mean, u/std, u/kurtosis   signed moments (population std; kurtosis E[(u-mu)^4]/std^4, normal = 3)
-  density/achieved            entries of rank 0's payload / d
+  density/achieved            entries of rank 0's payload (`Payload.count`) / d
 and, with `capture.delta=true`, the IJCAI ratio's parts on x = mean over ranks of u_r (one extra
 dense allreduce per captured step, on every rank): ijcai/err_scheme = ||x - A||^2 where A is the
 scheme's aggregated gradient, ijcai/err_randk = ||x - RandK(x)||^2, ijcai/x_norm2.
 
 At the steps in `capture.u_steps`, rank 0 also saves `<run>/capture/u_step<N>.pt`: a dict with
-u (float32 [d], CPU), `selected` (int64 indices of its payload; None for dense), `sent` (those that
-counted as sent), step, epoch, density, k and the scheme name. Capture never changes training: it
+u (float32 [d], CPU), `selected` (`Payload.indices()` of its payload; None for dense), `sent` (those
+that counted as sent), step, epoch, density, k and the scheme name. Capture never changes training: it
 reads u, and draws its Random-k indices from its own generator.
 """
 from __future__ import annotations
@@ -29,11 +36,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ssgd.comm.base import Payload, Reduced, accounted
+from ssgd.comm.base import Reduced
 from ssgd.comm.dense import DenseAllreduce
 from ssgd.compress.randomk import sample_distinct
-from ssgd.compress.sparse import Sparse, k_of
+from ssgd.compress.sparse import k_of
 from ssgd.config import CaptureConfig
+from ssgd.payload import Dense, Payload
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import World
 
@@ -43,12 +51,8 @@ def sq_norm(x: Tensor) -> float:
     return float(torch.dot(x.double(), x.double())) if x.numel() else 0.0
 
 
-def residual_norm2(u: Tensor, kept: Payload) -> float:
-    """||u - kept||^2, where `kept` is dense or sparse (its values need not equal u's)."""
-    if isinstance(kept, Sparse):
-        r = u.double().clone()
-        r.index_add_(0, kept.idx, -kept.val.double())
-        return sq_norm(r)
+def residual_norm2(u: Tensor, kept: Tensor) -> float:
+    """||u - kept||^2 in float64, for dense u and kept of one length (kept's values need not be u's)."""
     return sq_norm(u.double() - kept.double())
 
 
@@ -61,7 +65,8 @@ def topk_error(u: Tensor, k: int) -> float:
 
 
 def randk_error(u: Tensor, k: int, generator: torch.Generator) -> float:
-    """||u - RandK(u)||^2 for k distinct uniform coordinates (no rescaling; papers.md 5)."""
+    """||u - RandK(u)||^2 for k distinct uniform coordinates (no rescaling; its expectation is
+    (1 - k/d) ||u||^2)."""
     keep = torch.ones(u.numel(), dtype=torch.bool, device=u.device)
     keep[sample_distinct(u.numel(), k, generator).to(u.device)] = False
     return sq_norm(u[keep])
@@ -83,19 +88,24 @@ def u_statistics(u: Tensor, payload: Payload, sent: Payload, density: float,
     d = u.numel()
     k = k_of(d, density)
     norm2 = sq_norm(u)
-    errors = {"err/active": residual_norm2(u, payload), "err/active_sent": residual_norm2(u, sent),
+    errors = {"err/active": residual_norm2(u, payload.to_dense()),
+              "err/active_sent": residual_norm2(u, sent.to_dense()),
               "err/topk": topk_error(u, k), "err/randk": randk_error(u, k, generator)}
-    count = len(payload) if isinstance(payload, Sparse) else d
     return {"k": k, "d": d, "u/norm2": norm2, **errors,
             **{"ratio/" + key[4:]: (v / norm2 if norm2 > 0 else float("nan")) for key, v in errors.items()},
             "bound/linear": 1 - k / d, "bound/square": (1 - k / d) ** 2,
-            **moments(u), "density/target": density, "density/achieved": count / d}
+            **moments(u), "density/target": density, "density/achieved": payload.count / d}
 
 
 def ijcai_parts(x: Tensor, aggregated: Tensor, density: float, generator: torch.Generator) -> dict[str, float]:
-    """Parts of the IJCAI delta ratio for one step (papers.md 5): x = mean of the ranks' u."""
+    """Parts of the IJCAI 2019 delta ratio for one step, ||x - A||^2 against ||x - RandK(x)||^2, where
+    x = mean of the ranks' u and A the scheme's aggregated gradient."""
     return {"ijcai/x_norm2": sq_norm(x), "ijcai/err_scheme": residual_norm2(x, aggregated),
             "ijcai/err_randk": randk_error(x, k_of(x.numel(), density), generator)}
+
+
+def _cpu(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.cpu()
 
 
 class Capture:
@@ -121,11 +131,11 @@ class Capture:
         collective). us/payloads/results: this process's local ranks, in rank order."""
         x = None
         if self.cfg.stats and self.cfg.delta and step % self.cfg.every == 0:
-            x = world.collective(DenseAllreduce(), [u.clone() for u in us])[0][0].average()
+            x = world.collective(DenseAllreduce(), [Dense(u.clone()) for u in us])[0][0].average()
         if not self.is_root:
             return
         u, payload = us[0], payloads[0]
-        sent = accounted(payload, results[0].support)
+        sent = results[0].sent(payload)
         if self.file is not None and step % self.cfg.every == 0:
             record = {"step": step, "epoch": epoch, **u_statistics(u, payload, sent, density, self.generator)}
             if x is not None:
@@ -134,8 +144,7 @@ class Capture:
         if step in self.cfg.u_steps:
             torch.save({"u": u.detach().cpu().clone(), "step": step, "epoch": epoch, "density": density,
                         "k": k_of(u.numel(), density), "scheme": self.scheme,
-                        "selected": payload.idx.cpu() if isinstance(payload, Sparse) else None,
-                        "sent": sent.idx.cpu() if isinstance(sent, Sparse) else None},
+                        "selected": _cpu(payload.indices()), "sent": _cpu(sent.indices())},
                        self.dir / f"u_step{step:06d}.pt")
 
     def close(self) -> None:

@@ -10,10 +10,10 @@ from typing import TypeVar
 import torch
 from mpi4py import MPI
 
-from ssgd.comm.base import Collective, Payload, Reduced
+from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.mpi import run_mpi
 from ssgd.comm.ops import RankLog
-from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.payload import Payload
 
 T = TypeVar("T")
 
@@ -31,15 +31,16 @@ class MPIWorld:
     def map(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(self.rank)]
 
-    def collective(self, collective: Collective, payloads: Sequence[Payload],
-                   net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]:
+    def collective(self, collective: Collective,
+                   payloads: Sequence[Payload]) -> tuple[list[Reduced], list[RankLog]]:
         reduced, log = run_mpi(collective, payloads[0], self.comm, self.buffers)
         return [reduced], [log]
 
     def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         return [model]
 
-    def gather(self, items: list[T]) -> list[T]:
+    def allgather(self, items: list[T]) -> list[T]:
+        """This rank's value -> the values of all P ranks, in rank order, on every rank."""
         return self.comm.allgather(items[0])
 
     def gather_root(self, items: dict[int, T]) -> dict[int, T]:

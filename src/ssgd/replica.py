@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ssgd.comm.base import Payload
 from ssgd.models.dropout import use_generator
+from ssgd.payload import Payload
 from ssgd.sync import RankSync
 
 

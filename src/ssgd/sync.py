@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ssgd.comm.base import Collective, Payload, Reduced, accounted
+from ssgd.comm.base import Collective, Reduced
 from ssgd.compress.base import Compressor
 from ssgd.compress.memory import NoMemory, ResidualMemory
+from ssgd.payload import Payload
 
 Memory = NoMemory | ResidualMemory
 
@@ -24,8 +25,8 @@ Memory = NoMemory | ResidualMemory
 class DensitySchedule:
     """density(epoch) = warmup[epoch] while epoch < len(warmup), else `density`.
 
-    The released gTop-k code hard-codes warmup = [0.004] and GaussianK-SGD [0.015625, 0.004, 0.001]
-    (papers.md 6.1-6.2); here they are configuration values.
+    The released code hard-codes warmup = [0.004] (hclhkbu/gtopkssgd, `_dynamic_densities`) and
+    [0.015625, 0.004, 0.001] (hclhkbu/GaussianK-SGD); here they are configuration values.
     """
 
     density: float
@@ -66,13 +67,9 @@ class RankSync:
 
     def settle(self, payload: Payload, reduced: Reduced) -> None:
         """After the collective: e = u - (part of payload that counted as sent)."""
-        self.memory.update(accounted(payload, reduced.support))
-
-
-def payload_count(payload: Payload) -> int:
-    """Entries a payload carries (d for a dense one)."""
-    return payload.numel() if isinstance(payload, Tensor) else len(payload)
+        self.memory.update(reduced.sent(payload))
 
 
 def counts_of(payloads: Sequence[Payload]) -> list[int]:
-    return [payload_count(p) for p in payloads]
+    """Entries each payload carries (d for a dense one), as `Collective.model_seconds` takes them."""
+    return [p.count for p in payloads]

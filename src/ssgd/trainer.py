@@ -12,6 +12,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -97,19 +98,22 @@ class Trainer:
 
     def _step_metrics(self, local: list[LocalStep], logs: list[RankLog], settle_s: list[float], density: float,
                       wall: tuple[float, float, float]) -> dict[str, float]:
-        rows = self.world.gather([(s.loss, s.correct, s.samples, s.compute_s, s.compress_s + u, c, log.stats.messages,
-                                   log.stats.bytes, log.staging_s) for s, u, c, log in
-                                  zip(local, settle_s, counts_of([s.payload for s in local]), logs)])
-        loss, correct, samples, compute, compress, counts, messages, sent, staging = (list(col) for col in zip(*rows))
-        P = self.P
+        """Metrics of one step over all P ranks; wall = (compute phase, collective, update) seconds."""
+        rows: list[RankMetrics] = self.world.allgather(
+            [RankMetrics(s.loss, s.correct, s.samples, s.compute_s, s.compress_s + settle, count, log.stats.messages,
+                         log.stats.bytes, log.staging_s)
+             for s, settle, count, log in zip(local, settle_s, counts_of([s.payload for s in local]), logs)])
+        P, counts, sent = self.P, [m.count for m in rows], [m.bytes_sent for m in rows]
         comm_model = self.scheme.collective.model_seconds(self.net, P, self.d, counts)
-        compute_s, compress_s = sum(compute) / P, sum(compress) / P
+        compute_s, compress_s = sum(m.compute_s for m in rows) / P, sum(m.compress_s for m in rows) / P
         return {
-            "train/loss": sum(loss) / P, "train/acc": sum(correct) / sum(samples),
+            "train/loss": sum(m.loss for m in rows) / P,
+            "train/acc": sum(m.correct for m in rows) / sum(m.samples for m in rows),
             "density/target": density, "density/achieved": sum(counts) / (P * self.d),
-            "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent), "comm/messages": max(messages),
-            "time/compute_s": compute_s, "time/compress_s": compress_s,
-            "time/comm_s": wall[1], "time/staging_s": max(staging), "time/update_s": wall[2], "time/step_s": sum(wall),
+            "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent),
+            "comm/messages": max(m.messages for m in rows),
+            "time/compute_s": compute_s, "time/compress_s": compress_s, "time/comm_s": wall[1],
+            "time/staging_s": max(m.staging_s for m in rows), "time/update_s": wall[2], "time/step_s": sum(wall),
             "time/comm_model_s": comm_model,
             "time/iter_model_s": compute_s + compress_s + comm_model + wall[2],
         }
@@ -213,3 +217,18 @@ class Trainer:
         for r, state in ranks.items():
             self.replicas[r].load_state_dict(state)
         self.epoch, self.step_count = shared["epoch"], shared["step"]
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """What one rank contributes to a step's metrics (gathered from every rank each step)."""
+
+    loss: float
+    correct: float           # correct predictions in its micro-batch
+    samples: float
+    compute_s: float         # forward + backward
+    compress_s: float        # compensate + compress, plus the residual update after the collective
+    count: int               # entries of its payload (`Payload.count`)
+    messages: int            # messages and bytes it sent in the collective
+    bytes_sent: int
+    staging_s: float         # device <-> host copies of the MPI executor

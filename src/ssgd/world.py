@@ -1,14 +1,17 @@
-"""How the P ranks of a run are executed: all of them in this process (threads backend).
+"""How the P ranks of a run are executed; `ThreadWorld` runs all of them in this process.
 
-A world offers the trainer three things, so the trainer's code does not depend on the backend:
-  * `local_ranks`: the ranks this process computes (all P here; one under MPI);
-  * `map(fn)`: fn(rank) for every local rank, results in rank order;
-  * `collective(c, payloads, net)`: run collective c over the local ranks' payloads.
+A world gives the trainer everything that depends on the backend, so the trainer has no backend
+branches (the `World` protocol): which ranks this process computes (`local_ranks`: all P here, one
+per process under MPI), running per-rank work (`map`), running a collective over the local ranks'
+payloads (`collective`), per-rank model replicas (`replicate`), exchanging small per-rank values
+(`allgather` to every process, `gather_root` to the one that writes outputs), and `close`.
+`ssgd.mpi_world.MPIWorld` is the one-rank-per-process world.
 
-`ThreadWorld` follows shared/reference/threads.md: the compute phase runs on a pool of K OS
-threads (K = usable cores, capped at P), each running its share of the virtual ranks one after
-another with one intra-op thread (`torch.set_num_threads(1)`), so results do not depend on K; the
-collective phase runs in the calling thread, in rank order.
+`ThreadWorld` runs a step in phases: the compute phase runs on a pool of K OS threads
+(K = usable cores, capped at P), each running its share of the virtual ranks one after another
+with one intra-op thread (`torch.set_num_threads(1)`), so results do not depend on K; the
+collective phase runs in the calling thread, all ranks in lock step (`ssgd.comm.thread`);
+docs/collectives.md describes the executors.
 """
 from __future__ import annotations
 
@@ -19,10 +22,10 @@ from typing import Protocol, TypeVar
 
 import torch
 
-from ssgd.comm.base import Collective, Payload, Reduced
+from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
 from ssgd.comm.thread import run_threads
-from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.payload import Payload
 
 T = TypeVar("T")
 
@@ -35,12 +38,12 @@ class World(Protocol):
 
     def map(self, fn: Callable[[int], T]) -> list[T]: ...
 
-    def collective(self, collective: Collective, payloads: Sequence[Payload],
-                   net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]: ...
+    def collective(self, collective: Collective,
+                   payloads: Sequence[Payload]) -> tuple[list[Reduced], list[RankLog]]: ...
 
     def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]: ...
 
-    def gather(self, items: list[T]) -> list[T]: ...
+    def allgather(self, items: list[T]) -> list[T]: ...
 
     def gather_root(self, items: dict[int, T]) -> dict[int, T]: ...
 
@@ -81,16 +84,18 @@ class ThreadWorld:
             out[k::self.K] = part
         return out
 
-    def collective(self, collective: Collective, payloads: Sequence[Payload],
-                   net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]:
-        return run_threads(collective, payloads, net)
+    def collective(self, collective: Collective,
+                   payloads: Sequence[Payload]) -> tuple[list[Reduced], list[RankLog]]:
+        """Results and logs of the local ranks, in rank order (here: all P)."""
+        return run_threads(collective, payloads)
 
     def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """One module per local rank, sharing Parameters (see `share_parameters`)."""
         return share_parameters(model, self.size)
 
-    def gather(self, items: list[T]) -> list[T]:
-        """Per-local-rank values -> values of all P ranks, in rank order (here: already all)."""
+    def allgather(self, items: list[T]) -> list[T]:
+        """Per-local-rank values -> values of all P ranks, in rank order, in every process (here:
+        already all)."""
         return items
 
     def gather_root(self, items: dict[int, T]) -> dict[int, T]:

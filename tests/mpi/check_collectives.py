@@ -23,7 +23,7 @@ from ssgd.comm.dense import DenseAllreduce  # noqa: E402
 from ssgd.comm.gtopk import GTopKAllreduce  # noqa: E402
 from ssgd.comm.mpi import run_mpi  # noqa: E402
 from ssgd.comm.thread import run_threads  # noqa: E402
-from ssgd.compress.sparse import Sparse  # noqa: E402
+from ssgd.payload import Dense, Sparse  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 
 comm = MPI.COMM_WORLD
@@ -56,7 +56,7 @@ def sparse_inputs(d: int, k: int | None, seed: int) -> list[dict]:
 def check_dense(d: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     vectors = [rng.standard_normal(d).astype(np.float32) for _ in range(P)]
-    res, log = run_mpi(DenseAllreduce(), torch.from_numpy(vectors[rank].copy()), comm)
+    res, log = run_mpi(DenseAllreduce(), Dense(torch.from_numpy(vectors[rank].copy())), comm)
     want = oracles.dense_average(vectors)
     got = res.average().numpy()
     # MPI_Allreduce fixes no summation order: equal to the rank-order oracle up to rounding

@@ -10,8 +10,8 @@ from scipy import stats as sps
 
 from ssgd.capture import ijcai_parts, randk_error, topk_error, u_statistics
 from ssgd.compress.randomk import sample_distinct
-from ssgd.compress.sparse import Sparse
 from ssgd.errors import ConfigError
+from ssgd.payload import Sparse
 from tests.conftest import make_cfg, train
 
 
@@ -45,7 +45,8 @@ def test_topk_error_equals_a_sort_oracle(seed):
 
 
 def test_randk_error_is_unbiased_for_the_random_k_bound():
-    """E ||u - RandK(u)||^2 = (1 - k/d) ||u||^2 (papers.md 5): the draws are uniform k-subsets."""
+    """E ||u - RandK(u)||^2 = (1 - k/d) ||u||^2 (Random-k without rescaling, as compared in Shi et al.,
+    arXiv:1911.08772): the draws are uniform k-subsets."""
     u = torch.randn(500, generator=torch.Generator().manual_seed(1)) ** 3      # uneven magnitudes
     g = torch.Generator().manual_seed(2)
     ratios = np.array([randk_error(u, 50, g) for _ in range(3000)]) / float((u.double() ** 2).sum())

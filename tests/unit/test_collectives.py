@@ -1,7 +1,7 @@
 """The package's collectives, run by the thread executor, against independent oracles.
 
 The oracles (tests/oracles.py) are written from the specification with dicts and numpy float32;
-here we only translate payloads/results between `Sparse`/tensors and that plain data.
+here we only translate payloads/results between `Sparse`/`Dense` and that plain data.
 """
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/, for `or
 import oracles  # noqa: E402
 
 from ssgd.comm.allgather import SparseAllgather  # noqa: E402
-from ssgd.comm.base import Collective, Reduced, accounted  # noqa: E402
+from ssgd.comm.base import Collective, Reduced  # noqa: E402
 from ssgd.comm.dense import DenseAllreduce  # noqa: E402
 from ssgd.comm.gtopk import GTopKAllreduce  # noqa: E402
 from ssgd.comm.ops import Recv, Send  # noqa: E402
 from ssgd.comm.thread import CollectiveDeadlock, rank_order_sum, run_threads  # noqa: E402
-from ssgd.compress.sparse import Sparse  # noqa: E402
+from ssgd.payload import Dense, Sparse  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
 
@@ -54,7 +54,7 @@ def dense_of(total, d: int) -> np.ndarray:
         for i, v in to_dict(total).items():
             out[i] = v
         return out
-    return total.numpy()
+    return total.values.numpy()
 
 
 def bits(a: np.ndarray) -> np.ndarray:
@@ -166,15 +166,15 @@ def test_dense_equals_oracle(P, d, seed):
     grads = [torch.randn(d, generator=gen) * 10.0 ** torch.randint(-3, 4, (d,), generator=gen) for _ in range(P)]
     grads = [g.to(torch.float32).contiguous() for g in grads]
     originals = [g.clone() for g in grads]
-    results, logs = run_threads(DenseAllreduce(), grads)
+    results, logs = run_threads(DenseAllreduce(), [Dense(g) for g in grads])
     want_total = oracles.dense_total([g.numpy() for g in originals])
     want_avg = oracles.dense_average([g.numpy() for g in originals])
     for r, res in enumerate(results):
         assert res.P == P and res.support is None
-        assert not isinstance(res.total, Sparse)
-        assert res.total.dtype == torch.float32 and res.total.shape == (d,)
-        np.testing.assert_array_equal(bits(res.total.numpy()), bits(want_total))
-        assert torch.equal(res.total, rank_order_sum(originals))
+        assert isinstance(res.total, Dense)
+        assert res.total.values.dtype == torch.float32 and res.total.values.shape == (d,)
+        np.testing.assert_array_equal(bits(res.total.values.numpy()), bits(want_total))
+        assert torch.equal(res.total.values, rank_order_sum(originals))
         np.testing.assert_array_equal(bits(res.average().numpy()), bits(want_avg))
     for g, o in zip(grads, originals):
         assert torch.equal(g, o), "payload modified in place"
@@ -182,31 +182,31 @@ def test_dense_equals_oracle(P, d, seed):
 
 
 def test_dense_sum_is_left_to_right_bitwise():
-    g = [torch.tensor([x], dtype=torch.float32) for x in (1e8, 1.0, -1e8, 1.0)]
+    g = [Dense(torch.tensor([x], dtype=torch.float32)) for x in (1e8, 1.0, -1e8, 1.0)]
     results, _ = run_threads(DenseAllreduce(), g)
     for res in results:
-        assert res.total.item() == 1.0          # any other association gives 0.0
+        assert res.total.values.item() == 1.0          # any other association gives 0.0
         assert res.average().item() == 0.25
 
 
 def test_dense_counts_by_hand():
-    _, logs = run_threads(DenseAllreduce(), [torch.ones(8) for _ in range(4)])
+    _, logs = run_threads(DenseAllreduce(), [Dense(torch.ones(8)) for _ in range(4)])
     assert stats(logs) == [(6, 48)] * 4                  # 2(P-1) messages, 2(d - d/P) * 4 bytes
-    _, logs = run_threads(DenseAllreduce(), [torch.ones(8)])
+    _, logs = run_threads(DenseAllreduce(), [Dense(torch.ones(8))])
     assert stats(logs) == [(0, 0)]
 
 
 @pytest.mark.parametrize("P,d", [(2, 1), (3, 7), (5, 13), (8, 1000), (17, 100)])
 def test_dense_counts_totals(P, d):
     """Ring allreduce moves every element 2(P-1) times in all, whatever the chunking."""
-    _, logs = run_threads(DenseAllreduce(), [torch.ones(d) for _ in range(P)])
+    _, logs = run_threads(DenseAllreduce(), [Dense(torch.ones(d)) for _ in range(P)])
     assert all(log.stats.messages == 2 * (P - 1) for log in logs)
     assert sum(log.stats.bytes for log in logs) == 2 * (P - 1) * d * 4
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 5, 8])
 def test_dense_clock(P):
-    _, logs = run_threads(DenseAllreduce(), [torch.ones(100) for _ in range(P)], net=NET)
+    _, logs = run_threads(DenseAllreduce(), [Dense(torch.ones(100)) for _ in range(P)], net=NET)
     assert max(log.clock for log in logs) == pytest.approx(cost.allreduce_seconds(NET, P, 100))
     # by hand: 2(P-1) ring steps, each bounded by the largest chunk, ceil(100 / P) floats
     assert max(log.clock for log in logs) == pytest.approx(
@@ -454,14 +454,14 @@ def test_gtopk_clock_by_hand_p4_k100():
 # --- 4. residual rule ------------------------------------------------------------------------------
 def test_accounted_by_hand():
     payload = Sparse(torch.tensor([5, 2, 9, 0]), torch.tensor([1.0, 2.0, 3.0, 4.0]), 10)
-    kept = accounted(payload, torch.tensor([9, 5, 7]))
+    kept = Reduced(payload, 1, support=torch.tensor([9, 5, 7])).sent(payload)
     assert to_dict(kept) == {5: F32(1.0), 9: F32(3.0)}
     assert to_dict(kept) == oracles.accounted(to_dict(payload), {9, 5, 7})
     assert kept.numel == 10
-    assert to_dict(accounted(payload, None)) == to_dict(payload)
-    assert len(accounted(payload, torch.tensor([], dtype=torch.int64))) == 0
-    dense = torch.arange(4.0)
-    assert torch.equal(accounted(dense, None), dense)
+    assert to_dict(payload.restrict(None)) == to_dict(payload)
+    assert len(payload.restrict(torch.tensor([], dtype=torch.int64))) == 0
+    dense = Dense(torch.arange(4.0))
+    assert torch.equal(Reduced(dense, 1).sent(dense).to_dense(), dense.values)
 
 
 def test_accounted_with_gtopk_support():
@@ -471,7 +471,7 @@ def test_accounted_with_gtopk_support():
     results, _ = run_gtopk(entries, d)
     I_g = set(oracles.gtopk(entries, k))
     for r in range(P):
-        sent = accounted(to_sparse(entries[r], d), results[r].support)
+        sent = results[r].sent(to_sparse(entries[r], d))
         assert to_dict(sent) == oracles.accounted(entries[r], I_g)
 
 
@@ -509,3 +509,19 @@ class SendWrongTag(Collective):
 def test_deadlock_is_reported(collective):
     with pytest.raises(CollectiveDeadlock):
         run_threads(collective, [torch.ones(1), torch.ones(1)])
+
+
+# --- model size limit of the int32 wire format ------------------------------------------------------
+@pytest.mark.parametrize("collective", [SparseAllgather(), GTopKAllreduce()])
+def test_sparse_collectives_refuse_models_their_wire_cannot_index(collective):
+    collective.check_numel(2**31 - 1)
+    with pytest.raises(ValueError, match=collective.name) as err:
+        collective.check_numel(2**31)
+    assert "\n" not in str(err.value)
+    too_long = [to_sparse({0: 1.0}, 2**31), to_sparse({1: 1.0}, 2**31)]
+    with pytest.raises(ValueError, match="int32 wire format"):      # and the executor never sends it
+        run_threads(collective, too_long)
+
+
+def test_dense_allreduce_has_no_size_limit():
+    DenseAllreduce().check_numel(2**40)

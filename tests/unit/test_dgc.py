@@ -1,5 +1,6 @@
-"""DGC sampling (papers.md 2.5): the selection equals the released algorithm's on the same sample,
-thresholds known by construction, and the Compressor contract (own generator, u untouched, copies)."""
+"""DGC sampling (hclhkbu/GaussianK-SGD compression.py, `DGCSamplingCompressor`): the selection equals the
+released algorithm's on the same sample, thresholds known by construction, and the Compressor contract
+(own generator, u untouched, copies)."""
 import pytest
 import torch
 

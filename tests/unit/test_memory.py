@@ -7,21 +7,27 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
-from conftest import group_options, make_cfg
+from conftest import CONF, group_options, make_cfg
 from ssgd import build
-from ssgd.comm.base import accounted
 from ssgd.comm.thread import run_threads
-from ssgd.compress.sparse import Sparse
 from ssgd.sync import RankSync
 
 SCHEMES = group_options("compressor")
 
 
+def schemes_where(key: str, target: str) -> list[str]:
+    """The schemes of conf/compressor/ whose `key` node instantiates `target`."""
+    return [n for n in SCHEMES if OmegaConf.load(CONF / "compressor" / f"{n}.yaml")[key]["_target_"] == target]
+
+
+RESIDUAL_SCHEMES = schemes_where("memory", "ssgd.compress.memory.ResidualMemory")
+ALLGATHER_SCHEMES = schemes_where("collective", "ssgd.comm.allgather.SparseAllgather")
+
+
 def dense64(payload, d):
-    return (payload.to_dense() if isinstance(payload, Sparse) else payload).double()
-
-
+    return payload.to_dense().double()
 
 
 def conservation_round(scheme, syncs, grads, density):
@@ -35,7 +41,7 @@ def conservation_round(scheme, syncs, grads, density):
     results, _ = run_threads(scheme.collective, payloads)
     total_sent = torch.zeros(d, dtype=torch.float64)
     for sync, u, payload, res in zip(syncs, us, payloads, results):
-        sent = dense64(accounted(payload, res.support), d)
+        sent = dense64(res.sent(payload), d)
         sync.settle(payload, res)
         residual = sync.memory.e.double() if hasattr(sync.memory, "e") else torch.zeros(d, dtype=torch.float64)
         assert torch.equal(sent + residual, u), "error feedback lost or invented gradient"
@@ -55,7 +61,12 @@ def test_conservation_over_several_steps(name, P):
         conservation_round(scheme, syncs, grads, scheme.density(step))
 
 
-@pytest.mark.parametrize("name", ["topk", "gtopk", "gaussiank", "randomk"])
+def test_the_derived_scheme_lists():
+    assert {"topk", "gtopk", "gaussiank", "randomk"} <= set(RESIDUAL_SCHEMES) and "dense" not in RESIDUAL_SCHEMES
+    assert {"topk", "randomk", "gaussiank"} <= set(ALLGATHER_SCHEMES) and "gtopk" not in ALLGATHER_SCHEMES
+
+
+@pytest.mark.parametrize("name", RESIDUAL_SCHEMES)
 def test_sparse_schemes_keep_a_residual(name):
     """A scheme that sends less than everything must keep the rest (guards against e = 0)."""
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
@@ -95,7 +106,7 @@ def test_conservation_random(name, P, d, density, seed, scale):
         conservation_round(scheme, syncs, [torch.randn(d, generator=gen) * scale for _ in range(P)], density)
 
 
-@pytest.mark.parametrize("name", ["topk", "randomk", "gaussiank"])
+@pytest.mark.parametrize("name", ALLGATHER_SCHEMES)
 def test_allgather_schemes_send_their_whole_payload(name):
     """With AllGather aggregation the aggregate is exactly the sum of what every rank sent."""
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)

@@ -1,9 +1,13 @@
 """The sparse value type: wire format, summation order, merge, selection."""
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ssgd.compress.sparse import Sparse, k_of, merge_topk, pack_sparse, select_topk, sum_sparse, unpack_sparse
+from ssgd.comm.gtopk import merge_topk
+from ssgd.comm.wire import MAX_NUMEL, pack_sparse, unpack_sparse
+from ssgd.compress.sparse import k_of, select_topk
+from ssgd.payload import Sparse, sum_sparse
 
 
 def sparse(idx, val, d=10):
@@ -59,3 +63,12 @@ def test_to_dense_divides_elementwise():
     s = sparse([2, 5], [3.0, 1.0], d=6)
     third = (torch.tensor(1.0) / 3).item()   # float32 division
     assert s.to_dense(scale=3).tolist() == [0, 0, 1.0, 0, 0, third]
+
+
+def test_pack_refuses_a_vector_longer_than_the_int32_wire_carries():
+    assert MAX_NUMEL == 2**31 - 1
+    largest = pack_sparse(sparse([MAX_NUMEL - 1], [1.0], d=MAX_NUMEL))
+    assert largest[0].item() == MAX_NUMEL - 1
+    with pytest.raises(ValueError, match="int32 wire format") as err:
+        pack_sparse(sparse([0], [1.0], d=MAX_NUMEL + 1))
+    assert "\n" not in str(err.value)

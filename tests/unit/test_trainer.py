@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import make_cfg, train
+from conftest import group_options, make_cfg, train
 from ssgd import build
 from ssgd.data.loader import ShardedLoader
 
@@ -41,7 +41,7 @@ def test_dense_threads_equal_a_plain_sequential_loop(P, threads, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(params, expected))
 
 
-@pytest.mark.parametrize("compressor", ["dense", "gtopk", "randomk", "gaussiank", "topk"])
+@pytest.mark.parametrize("compressor", group_options("compressor"))     # every scheme in conf/compressor/
 def test_two_runs_with_the_same_seed_are_bitwise_identical_dropout_included(compressor, tmp_path):
     args = [f"compressor={compressor}", "cluster.world_size=5", "model.dropout=0.5", "trainer.max_steps=6",
             "trainer.batch_size=16"]

@@ -1,9 +1,11 @@
-"""Sparse S-SGD aggregation by AllGather (Top-k, Random-k, Gaussian-k).
+"""Sparse S-SGD aggregation by AllGather (Top-k, Random-k, Gaussian-k, DGC sampling).
 
-Released code (both repos): every rank gathers all ranks' (index, value) pairs and adds them:
-G[idx] += val for each block in rank order, then G /= P. Blocks may differ in size (Gaussian-k
-selects a variable number of entries), so the gather is an allgatherv of packed pairs; no trailing
-element is dropped (papers.md section 9.5).
+As in the released code (hclhkbu/gtopkssgd, allreducer.py; hclhkbu/GaussianK-SGD, Horovod
+`allgather_async` of values and indices): every rank gathers all ranks' (index, value) pairs and
+adds them, G[idx] += val for each block in rank order, then G /= P. Blocks may differ in size
+(Gaussian-k selects a variable number of entries), so the gather is an allgatherv of packed pairs.
+GaussianK-SGD's decode splits the gathered buffer into pieces of numel // P and so can lose up to
+P - 1 trailing elements; here no element is dropped.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from collections.abc import Sequence
 
 from ssgd.comm.base import Collective, Program, Reduced
 from ssgd.comm.ops import Allgatherv
-from ssgd.compress.sparse import Sparse, pack_sparse, sum_sparse, unpack_sparse
+from ssgd.comm.wire import MAX_NUMEL, pack_sparse, unpack_sparse
+from ssgd.payload import Payload, Sparse, sum_sparse
 from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
 
@@ -20,10 +23,11 @@ class SparseAllgather(Collective):
     """Sum of every rank's sparse payload; each rank's whole payload counts as sent."""
 
     name = "sparse_allgather"
+    max_numel = MAX_NUMEL
 
-    def program(self, rank: int, P: int, payload: Sparse) -> Program:  # type: ignore[override]
+    def program(self, rank: int, P: int, payload: Payload) -> Program:
         if not isinstance(payload, Sparse):
-            raise TypeError("SparseAllgather needs a Sparse payload (compressor topk/randomk/gaussiank)")
+            raise TypeError("SparseAllgather needs a Sparse payload (compressor topk/randomk/gaussiank/dgcsampling)")
         blocks = yield Allgatherv(pack_sparse(payload))
         total = sum_sparse([unpack_sparse(b, payload.numel) for b in blocks])
         return Reduced(total, P)

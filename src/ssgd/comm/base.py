@@ -1,4 +1,9 @@
-"""The collective interface: an SPMD program per rank, its result, and its cost model."""
+"""The collective interface: an SPMD program per rank, its result, and its cost model.
+
+A collective is written once, as a generator of the operations in `ssgd.comm.ops`; executors
+(`ssgd.comm.thread` for all ranks in this process, `ssgd.comm.mpi` for one rank per process) only
+say how each operation runs, and `ssgd.comm.driver` steps a program. See docs/collectives.md.
+"""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -6,21 +11,18 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
 from torch import Tensor
 
 from ssgd.comm.ops import Op
-from ssgd.compress.sparse import Sparse
+from ssgd.payload import Payload
 from ssgd.perf.alphabeta import AlphaBeta
-
-Payload = Tensor | Sparse          # what a rank contributes: dense float32 [d] or sparse entries
 
 
 @dataclass(frozen=True)
 class Reduced:
     """Result of one collective call on one rank.
 
-    total: the SUM over ranks, dense float32 [d] or `Sparse` (distinct indices).
+    total: the SUM over ranks, as a payload (`Dense`, or `Sparse` with distinct indices).
     P: number of ranks, so that `average()` = total / P.
     support: int64 indices of this rank's payload entries that count as sent (the global set of
     gTop-k), or None when the whole payload was sent. Error feedback keeps the rest.
@@ -30,18 +32,13 @@ class Reduced:
     P: int
     support: Tensor | None = None
 
-    def average(self) -> Tensor:
-        """float32 [d]: the aggregated gradient, total / P."""
-        if isinstance(self.total, Sparse):
-            return self.total.to_dense(scale=self.P)
-        return self.total / self.P
+    def average(self, out: Tensor | None = None) -> Tensor:
+        """float32 [d]: the aggregated gradient, total / P (written into `out` when given)."""
+        return self.total.to_dense(scale=self.P, out=out)
 
-
-def accounted(payload: Payload, support: Tensor | None) -> Payload:
-    """The part of `payload` that counts as sent: entries whose index is in `support`."""
-    if support is None or not isinstance(payload, Sparse):
-        return payload
-    return payload.restrict(torch.isin(payload.idx, support))
+    def sent(self, payload: Payload) -> Payload:
+        """The part of this rank's `payload` that counts as sent: its entries at `support`."""
+        return payload.restrict(self.support)
 
 
 Program = Generator[Op, Any, Reduced]
@@ -52,9 +49,11 @@ class Collective(ABC):
 
     `program(rank, P, payload)` is a generator: it yields `ssgd.comm.ops` operations, receives
     their results, and returns this rank's `Reduced`. It must not touch global state.
+    `max_numel`: the largest d its wire format carries (None: no limit); see `check_numel`.
     """
 
     name: ClassVar[str]
+    max_numel: ClassVar[int | None] = None
 
     @abstractmethod
     def program(self, rank: int, P: int, payload: Payload) -> Program:
@@ -63,3 +62,10 @@ class Collective(ABC):
     @abstractmethod
     def model_seconds(self, net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
         """Modelled time of one call on network `net`; counts[r] = entries rank r contributed."""
+
+    def check_numel(self, d: int) -> None:
+        """ValueError (one line) when a model of d parameters cannot go through this collective, so
+        that a configuration layer can refuse it before training."""
+        if self.max_numel is not None and d > self.max_numel:
+            raise ValueError(f"{self.name}: a model of d={d:,} parameters exceeds {self.max_numel:,}, the largest "
+                             "vector this collective's wire format carries")

@@ -1,7 +1,7 @@
 """Execute this process's rank of a collective program with mpi4py (one process per rank).
 
-The same `Collective.program` as the in-process executor (`ssgd.comm.thread`); only how each
-operation is carried out differs:
+The same `Collective.program` as the in-process executor (`ssgd.comm.thread`), stepped by the
+same `ssgd.comm.driver.run_program`; only how each operation is carried out differs:
 
   * `Send` / `Recv`: `MPI.Send` / `MPI.Recv` on the tensors' memory (contiguous CPU tensors go to
     mpi4py directly, no copy). Sparse schemes therefore see the same bits as under threads.
@@ -9,7 +9,8 @@ operation is carried out differs:
   * `Allgatherv`: the block sizes are gathered first, then one `MPI.Allgatherv`.
   * `Bcast`: `MPI.Bcast` from rank 0.
   * `Allreduce`: `MPI.Allreduce(SUM)`: fast, but MPI fixes no summation order, so dense results
-    equal the rank-order sum of the threads backend only to rounding (see the README's bound).
+    equal the rank-order sum of the threads backend only to rounding (tests/integration/test_mpi.py
+    states the bound).
 
 Bytes and messages are counted with the same functions as the in-process executor. Importing this
 module initialises MPI: only `ssgd.worker` and MPI tests import it (a process inside MPI cannot
@@ -24,8 +25,10 @@ from typing import Any
 import torch
 from mpi4py import MPI
 
-from ssgd.comm.base import Collective, Payload, Reduced
+from ssgd.comm.base import Collective, Reduced
+from ssgd.comm.driver import run_program
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, collective_sent, nbytes
+from ssgd.payload import Payload
 from ssgd.perf import cost
 
 
@@ -109,11 +112,7 @@ def execute(op: Op, comm: MPI.Comm, log: RankLog, pool: dict | None = None) -> A
 def run_mpi(collective: Collective, payload: Payload, comm: MPI.Comm,
             pool: dict | None = None) -> tuple[Reduced, RankLog]:
     """Run this rank's program of `collective` to completion (`pool`: see `_output`)."""
-    gen = collective.program(comm.Get_rank(), comm.Get_size(), payload)
-    log, value = RankLog(), None
-    while True:
-        try:
-            op = gen.send(value)
-        except StopIteration as stop:
-            return stop.value, log
-        value = execute(op, comm, log, pool)
+    log = RankLog()
+    reduced = run_program(collective, comm.Get_rank(), comm.Get_size(), payload,
+                          lambda op: execute(op, comm, log, pool))
+    return reduced, log

@@ -1,9 +1,9 @@
 """The communication operations a collective program may yield, and its per-rank counters.
 
 A collective is written once, as an SPMD generator function of (rank, P, payload): it yields these
-operations and receives their results (see `ssgd.comm.base.Collective`). An executor runs the
-programs: `ssgd.comm.thread` drives all P ranks in this process in lock step, an MPI executor
-drives this process's rank with mpi4py. Semantics are MPI's:
+operations and receives their results (see `ssgd.comm.base.Collective`). An executor says how one
+operation runs; `ssgd.comm.driver` steps the programs. `ssgd.comm.thread` runs all P ranks in this
+process in lock step; `ssgd.comm.mpi` runs this process's rank with mpi4py. Semantics are MPI's:
 
   * `Send` blocks until the matching `Recv` is posted (so a program that would deadlock under MPI
     deadlocks, loudly, under threads too); `Recv` fills `buf` in place.
@@ -11,7 +11,9 @@ drives this process's rank with mpi4py. Semantics are MPI's:
     same order. Their results must be treated as read-only: the thread executor hands the SAME
     tensor to every rank.
 
-Buffers are contiguous CPU tensors; bytes are counted as `numel * element_size`.
+Buffers are contiguous tensors on the payload's device (an executor that cannot read device memory
+stages it through the host, e.g. MPI without CUDA support); bytes are counted as
+`numel * element_size`, whatever the device.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Execute a collective's P rank programs inside this process, in lock step, in rank order.
 
-This is the in-process backend's collective phase: one thread drives every virtual rank's
-generator until it blocks on an operation, then completes whatever can complete:
+This is the in-process backend's collective phase: one thread steps every virtual rank's program
+(`ssgd.comm.driver.advance`) until it blocks on an operation, then completes whatever can complete:
   * a `Send` whose destination has posted the matching `Recv` (copy, then both resume);
   * a collective op once every rank has posted it (computed once, in rank order, and the SAME
     result tensor handed to every rank).
@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 
-from ssgd.comm.base import Collective, Payload, Reduced
+from ssgd.comm.base import Collective, Reduced
+from ssgd.comm.driver import advance
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, collective_sent, nbytes
+from ssgd.payload import Payload
 from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
 
@@ -70,10 +72,9 @@ def run_threads(collective: Collective, payloads: Sequence[Payload],
     results: list[Reduced | None] = [None] * P
 
     def resume(r: int, value: Any = None) -> None:
-        try:
-            pending[r] = gens[r].send(value)
-        except StopIteration as stop:
-            pending[r], results[r] = None, stop.value
+        pending[r], done = advance(gens[r], value)
+        if done is not None:
+            results[r] = done
 
     for r in range(P):
         resume(r)

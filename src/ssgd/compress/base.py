@@ -7,17 +7,17 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ssgd.compress.sparse import Sparse
-
-Payload = Tensor | Sparse
+from ssgd.payload import Payload
 
 
 class Compressor(ABC):
-    """Maps the compensated gradient u (float32 [d], 1-D, contiguous) to what this rank sends.
+    """Maps the compensated gradient u (float32 [d], 1-D, contiguous) to what this rank sends, a
+    `ssgd.payload.Payload` (`Dense` or `Sparse` for the built-in compressors).
 
     One instance per rank: anything random draws from the instance's own `generator`, never from
     the process-global RNG (virtual workers share one process). `compress` must not modify u, and
-    sparse values must be copies (the residual buffer that holds u is edited afterwards).
+    sparse values must be copies (the residual buffer that holds u is edited afterwards; see
+    `Payload.subtract_from`).
 
     selection_cost: how the iteration-time model (`ssgd.perf.iteration`) times one `compress` call,
     declared by every concrete compressor: "none" (free: nothing is selected), "exact_topk" (a full

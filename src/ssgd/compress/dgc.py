@@ -1,8 +1,8 @@
-"""DGC-style sampled-threshold selection (GaussianK-SGD's `dgcsampling`; papers.md 2.5, 9.6).
+"""DGC-style sampled-threshold selection (GaussianK-SGD's `dgcsampling`).
 
 Lin et al., "Deep Gradient Compression" (ICLR'18), section 5, estimate the Top-k threshold from a
-small sample; the GaussianK-SGD code ships it as `DGCSamplingCompressor`. Its algorithm, with
-k = max(int(d * density), 1):
+small sample; the GaussianK-SGD code ships it as `DGCSamplingCompressor` (hclhkbu/GaussianK-SGD,
+compression.py). Its algorithm, with k = max(int(d * density), 1):
 
     S   = 1 % of the positions (released code: randperm(d)[:int(0.01 d)])
     thr = k-th largest |u| over S                    # the SAME k as for the whole vector
@@ -20,9 +20,9 @@ count varies per step in [0, 4k/3] (or is exactly k after the trim), like Gaussi
 
 Deviations from the released code, on purpose:
 - The sample is drawn WITH replacement, |S| = int(fraction * d) positions from `torch.randint` on this
-  rank's generator: O(|S|), instead of a full `torch.randperm(d)` every step (O(d) plus RNG cost, the
-  pitfall of papers.md 9.6). For |S| = 0.01 d about 0.5 % of the sample are repeats, which moves a
-  quantile estimate by a negligible amount.
+  rank's generator: O(|S|), instead of a full `torch.randperm(d)` every step (O(d) plus RNG cost,
+  which also biases selection-time comparisons against DGC). For |S| = 0.01 d about 0.5 % of the
+  sample are repeats, which moves a quantile estimate by a negligible amount.
 - |S| = max(int(fraction * d), k) capped at d: the released code crashes (top-k of fewer than k values)
   once density > fraction, e.g. in the first warm-up epoch at density 0.015625.
 """
@@ -32,9 +32,10 @@ import torch
 from torch import Tensor
 
 from ssgd.compress.base import Compressor
-from ssgd.compress.sparse import Sparse, k_of
+from ssgd.compress.sparse import k_of
+from ssgd.payload import Sparse
 
-SAMPLE_FRACTION = 0.01    # "sample 1 % of the entries" (papers.md 2.5)
+SAMPLE_FRACTION = 0.01    # the released `DGCSamplingCompressor` samples 1 % of the entries
 
 
 def sample_size(d: int, k: int, fraction: float) -> int:

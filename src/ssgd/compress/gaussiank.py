@@ -1,7 +1,8 @@
 """Gaussian-k: a threshold from the normal inverse CDF instead of an exact Top-k.
 
-Shi et al., "Understanding Top-k Sparsification in Distributed Deep Learning" (arXiv 1911.08772);
-released code `GaussianCompressor` / `gen_threshold_from_normal_distribution` (papers.md 2.4):
+Shi, Chu, Cheung, See, "Understanding Top-k Sparsification in Distributed Deep Learning"
+(arXiv:1911.08772); released code hclhkbu/GaussianK-SGD compression.py, `GaussianCompressor` /
+`gen_threshold_from_normal_distribution`:
 
     mu, sigma = mean(u), std(u)                      # of the signed values
     thr = mu + Phi^-1(1 - density / 2) * sigma
@@ -24,7 +25,8 @@ import torch
 from torch import Tensor
 
 from ssgd.compress.base import Compressor
-from ssgd.compress.sparse import Sparse, k_of
+from ssgd.compress.sparse import k_of
+from ssgd.payload import Sparse
 
 REFINEMENT_LOOPS = 3
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ssgd.compress.base import Compressor
+from ssgd.payload import Dense
 
 
 class Identity(Compressor):
@@ -11,5 +12,5 @@ class Identity(Compressor):
 
     selection_cost = "none"
 
-    def compress(self, u: Tensor, density: float) -> Tensor:
-        return u
+    def compress(self, u: Tensor, density: float) -> Dense:
+        return Dense(u)

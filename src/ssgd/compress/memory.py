@@ -1,16 +1,15 @@
 """Error-feedback memory (residual accumulation), one instance per rank.
 
-TopK-SGD with error feedback (papers.md 2.1): u = g + e; after the collective, e = u minus what
-counted as sent. The residual stores raw gradients (no momentum correction), as released.
+TopK-SGD with error feedback, as in both released code bases (hclhkbu/gtopkssgd;
+hclhkbu/GaussianK-SGD, compression.py): u = g + e; after the collective, e = u minus what counted
+as sent. The residual stores raw gradients (no momentum correction), as released.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ssgd.compress.sparse import Sparse
-
-Payload = Tensor | Sparse
+from ssgd.payload import Payload
 
 
 class NoMemory:
@@ -39,9 +38,9 @@ class ResidualMemory:
     """Residual e (float32 [d], starts at 0).
 
     `compensate(g)` adds g into e IN PLACE and returns that buffer as u (no extra d-sized copy).
-    `update(sent)` then turns the buffer into the new residual u - sent: zero at sent indices for a
-    sparse payload (O(k)), u - sent for a dense one. Contract: `sent` values were copied from u
-    (compressors copy), and nobody reads u after `update`.
+    `update(sent)` then turns the buffer into the new residual u - sent with
+    `sent.subtract_from(e)` (O(k) for a sparse payload: it zeroes the sent positions). Contract:
+    `sent` was made from u (compressors copy), and nobody reads u after `update`.
     """
 
     def __init__(self, d: int, device: torch.device | str = "cpu") -> None:
@@ -51,10 +50,7 @@ class ResidualMemory:
         return self.e.add_(grad)
 
     def update(self, sent: Payload) -> None:
-        if isinstance(sent, Sparse):
-            self.e.index_fill_(0, sent.idx, 0.0)
-        else:
-            self.e.sub_(sent)
+        sent.subtract_from(self.e)
 
     def norm(self) -> float:
         return float(torch.linalg.vector_norm(self.e))

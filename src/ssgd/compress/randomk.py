@@ -5,7 +5,8 @@ import torch
 from torch import Tensor
 
 from ssgd.compress.base import Compressor
-from ssgd.compress.sparse import Sparse, k_of
+from ssgd.compress.sparse import k_of
+from ssgd.payload import Sparse
 
 
 class RandomK(Compressor):

@@ -1,10 +1,12 @@
-"""Exact Top-k sparsification (TopK-SGD / gTop-k S-SGD; papers.md section 2.1)."""
+"""Exact Top-k sparsification (TopK-SGD / gTop-k S-SGD; Shi et al., ICDCS 2019, arXiv:1901.04359;
+released code hclhkbu/gtopkssgd and hclhkbu/GaussianK-SGD compression.py)."""
 from __future__ import annotations
 
 from torch import Tensor
 
 from ssgd.compress.base import Compressor
-from ssgd.compress.sparse import Sparse, k_of, select_topk
+from ssgd.compress.sparse import k_of, select_topk
+from ssgd.payload import Sparse
 
 
 class TopK(Compressor):
