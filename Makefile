@@ -30,11 +30,17 @@ test: $(STAMP)  ## the whole test suite, MPI included (~9 min on 2 cores)
 test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
 	$(PY) -m pytest -q -m "not slow"
 
-bench-threads: $(STAMP)  ## threads backend vs a plain loop, same work (~3 min; not a test)
-	$(PY) bench/threads_overhead.py $(ARGS)
+# Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of
+# bench/results (results) and paper_figs/out (charts).
+OUT ?=
+RESULTS_DIR = $(or $(OUT),bench/results)
+CHARTS_DIR  = $(or $(OUT),paper_figs/out)
 
-bench-comm: $(STAMP)  ## collectives on 2/4/8 MPI ranks, d = 1M and 25M: time, bytes, model (not a test)
-	$(PY) bench/comm.py $(ARGS)
+bench-threads: $(STAMP)  ## threads backend vs a plain loop, interleaved, noise-checked (~3 min; OUT=dir)
+	$(PY) bench/threads_overhead.py --out-dir $(RESULTS_DIR) $(ARGS)
+
+bench-comm: $(STAMP)  ## collectives + gTop-k ours vs released on 2/4/8 MPI ranks, d = 1M, 25M (~5 min; OUT=dir)
+	$(PY) bench/comm.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 TOOLS       ?= 1
 TOOLS_VENV  := .venv-tools
@@ -47,20 +53,27 @@ $(TOOLS_STAMP): bench/requirements-tools.txt
 	  && $(TOOLS_VENV)/bin/python -m pip install --quiet -r bench/requirements-tools.txt && touch $@ \
 	  || echo "bench-dlbench: could not install bench/requirements-tools.txt into $(TOOLS_VENV); JAX and TensorFlow are skipped"
 
-bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads -> paper_figs/out (~6 min)
-	$(PY) bench/dlbench.py $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
+bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads, interleaved (~6.5 min; OUT=dir)
+	$(PY) bench/dlbench.py --results $(RESULTS_DIR)/dlbench.json --out-dir $(CHARTS_DIR) \
+	  $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
 
-bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo), sparse vs dense, as ratios (~3 min; not a test)
-	$(PY) bench/trainer_vs_peers.py $(ARGS)
+bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo), sparse vs dense, as ratios (~3 min; OUT=dir)
+	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench: $(STAMP)  ## every benchmark (dlbench, trainer, threads, comm, selection) + bench/results/summary.md (< 20 min)
-	@mkdir -p bench/results && date +%s > bench/results/.bench-start
+bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress (~17 min on 2 quiet cores)
+	@$(PY) bench/progress.py start $(RESULTS_DIR)
+	@$(PY) bench/progress.py next $(RESULTS_DIR) bench-dlbench
 	$(MAKE) --no-print-directory bench-dlbench ARGS=
+	@$(PY) bench/progress.py next $(RESULTS_DIR) bench-trainer
 	$(MAKE) --no-print-directory bench-trainer ARGS=
+	@$(PY) bench/progress.py next $(RESULTS_DIR) bench-threads
 	$(MAKE) --no-print-directory bench-threads ARGS=--quick
+	@$(PY) bench/progress.py next $(RESULTS_DIR) bench-comm
 	$(MAKE) --no-print-directory bench-comm ARGS=
+	@$(PY) bench/progress.py next $(RESULTS_DIR) fig-selection
 	$(MAKE) --no-print-directory fig-selection ARGS=
-	$(PY) bench/summary.py --start-file bench/results/.bench-start
+	@$(PY) bench/progress.py end $(RESULTS_DIR)
+	$(PY) bench/summary.py --results-dir $(RESULTS_DIR) --start-file $(RESULTS_DIR)/.bench-start
 
 NAME  ?= measured
 WORLD ?= 4
@@ -70,8 +83,8 @@ alphabeta: $(STAMP)  ## fit alpha/beta by MPI ping-pong -> conf/cluster/$(NAME).
 fig-scaling: $(STAMP)  ## scaling model + paper-calibrated fit, comm time vs P, 32-worker breakdown -> paper_figs/out or OUT= (~10 s; ARGS="--profile p.json")
 	$(PY) paper_figs/fig_scaling.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
-fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling; achieved density -> paper_figs/out (~1 min)
-	$(PY) paper_figs/fig_selection.py $(ARGS)
+fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling, interleaved; density -> paper_figs/out (~1.5 min; OUT=dir)
+	$(PY) paper_figs/fig_selection.py --out $(CHARTS_DIR) --results-dir $(RESULTS_DIR) $(ARGS)
 
 figs-runs: $(STAMP)  ## train the short runs the analysis figures read -> paper_figs/runs (~5 min; resumes)
 	$(PY) paper_figs/runs.py $(ARGS)

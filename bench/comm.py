@@ -1,42 +1,44 @@
-"""Time per call of the four aggregation collectives on real MPI ranks, against the alpha-beta model.
+"""The aggregation collectives on real MPI ranks, interleaved, against the released gTop-k and the alpha-beta model.
 
-For P MPI ranks on this machine (oversubscribed when P > cores) and d float32 elements at density
-0.001 (k = max(int(d * 0.001), 1)), every rank builds its own u = randn(d) (seed = rank) and its
-payloads once, then runs `ssgd.comm.mpi.run_mpi` of
+For P MPI ranks on this machine (oversubscribed when P > cores; one intra-op thread per rank) and d
+float32 elements at density 0.001 (k = max(int(d * 0.001), 1)), every rank builds its own
+u = randn(d) (seed = rank) and its payloads once, then times, interleaved in rounds (bench/harness.py):
 
-  * dense allreduce           `DenseAllreduce`,  payload u (float32 [d]);
-  * Top-k AllGather           `SparseAllgather`, payload `select_topk(u, k)` (exactly k entries);
-  * gTopKAllReduce            `GTopKAllreduce`,  the same top-k payload;
-  * Gaussian-k AllGather      `SparseAllgather`, payload `GaussianK().compress(u, 0.001)` (|payload|
-                              varies per rank).
+  * dense allreduce           package `DenseAllreduce`,  payload u;
+  * Top-k AllGather           package `SparseAllgather`, payload: the exact top-k of u;
+  * Gaussian-k AllGather      package `SparseAllgather`, payload `GaussianK().compress(u, 0.001)`;
+  * gTopKAllReduce, ours      package `GTopKAllreduce`,  the same top-k payload;
+  * gTopKAllReduce, released  bench/released_gtopk.py: the released `gtopk_sparse_allreduce` of
+                              hclhkbu/gtopkssgd (allreducer.py), re-implemented (numpy, float64
+                              packing, np.intersect1d merges, a Barrier per round, Bcast from rank 0);
+  * both gTop-k "with decode": the collective plus what each trainer does with the result: ours,
+    `Trainer.step`'s `results[0].average()` and the parameters' .grad made views of it
+    (bench/ours.py); released, its decode into a reused buffer (fill 0, write V_g at I_g, / P).
 
-Measured: one warm-up call, then `reps` calls (20 for d <= 4M, 10 above), each after a barrier; per rank the median
-time of a call (payload selection is NOT included: only the collective, i.e. packing, messages and
-the sparse sums / top-k merges it does), reported as the max over ranks (the slowest rank bounds the
-step). Fewer reps when a call is slow (slowest warm-up x reps over --budget = 5 s; at least 1).
-Modelled: `collective.model_seconds(AlphaBeta(alpha, beta), P, d, counts)` with the network of
-`conf/cluster/<--cluster>.yaml` (default `local`: this machine) and counts = entries per rank.
-Bytes per rank: counted by the MPI executor (max over ranks) vs `ssgd.perf.cost` (max over ranks).
+Each call starts after a Barrier; its time is the slowest rank's (max over ranks). A round runs every
+item once, or several times (`inner`) so that a round lasts >= --min-round-s; per item the round's
+time is the median of its calls; reported: the median over rounds, ratios ours / released per round
+with their median and [min-max] over rounds. During each round rank 0 measures the CPU that processes
+outside this benchmark (driver, mpiexec and ranks) used; a round above --noise-threshold cores is
+repeated (<= --retries times), and a (P, d) whose rounds stay above it is marked "noisy".
+Payload selection is not timed. Modelled: `collective.model_seconds(AlphaBeta(alpha, beta), P, d,
+counts)` for `conf/cluster/<--cluster>.yaml` (default `local`: this machine). Bytes per rank: counted
+by the MPI executor vs `ssgd.perf.cost` (max over ranks).
 
-The script is both driver and worker. The driver (default; never imports mpi4py's MPI) runs, for
-each P, `mpiexec -n P python -m mpi4py bench/comm.py --worker --out <tmp json>` under a timeout,
-prints a markdown table and writes rows + machine description to bench/results/comm.json
-(`--quick`: bench/results/comm_quick.json, so a quick check does not overwrite the full run).
+The script is both driver and worker. The driver (never imports mpi4py's MPI) runs, for each P,
+`mpiexec -n P python -m mpi4py bench/comm.py --worker ...` under a timeout, prints the tables and
+writes <--out-dir>/comm.json (`--quick`: comm_quick.json, so a quick check keeps the full run).
 
-    .venv/bin/python bench/comm.py               # P = 2, 4, 8; d = 1M, 25M   (~4 min on 2 cores)
-    .venv/bin/python bench/comm.py --quick       # P = 2, 4;    d = 1M        (~15 s)
-    .venv/bin/python bench/comm.py --P 2 4 8 --sizes 1M 25M
-
-Do not run it next to other work: on 2 cores a busy neighbour inflates every time.
+    .venv/bin/python bench/comm.py               # P = 2, 4, 8; d = 1M, 25M; 7 rounds  (~5 min on 2 quiet cores)
+    .venv/bin/python bench/comm.py --quick       # P = 2, 4;    d = 1M;      3 rounds  (~30 s)
+    .venv/bin/python bench/comm.py --P 2 4 8 --sizes 1M 25M --rounds 9 --noise-threshold 0.2
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,14 +46,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
+import machine_info as machine  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 DENSITY = 0.001
 MiB_ELEMS = 2**20
-BUSY_WARNING = 0.25        # warn when this share of the CPUs is busy before a job starts
-COLLECTIVES = ("dense_allreduce", "topk_allgather", "gtopk_allreduce", "gaussiank_allgather")
+ROUNDS, QUICK_ROUNDS = 7, 3
+COLLECTIVES = ("dense_allreduce", "topk_allgather", "gaussiank_allgather", "gtopk_allreduce", "gtopk_released",
+               "gtopk_decode", "gtopk_released_decode")
 LABELS = {"dense_allreduce": "dense allreduce", "topk_allgather": "Top-k AllGather",
-          "gtopk_allreduce": "gTopKAllReduce", "gaussiank_allgather": "Gaussian-k AllGather"}
+          "gaussiank_allgather": "Gaussian-k AllGather", "gtopk_allreduce": "gTopKAllReduce (ours)",
+          "gtopk_released": "gTopKAllReduce (released)", "gtopk_decode": "gTopKAllReduce + decode (ours)",
+          "gtopk_released_decode": "gTopKAllReduce + decode (released)"}
+PAIRS = {"collective": ("gtopk_allreduce", "gtopk_released"), "with decode": ("gtopk_decode", "gtopk_released_decode")}
 
 
 def parse_size(text: str) -> int:
@@ -68,12 +79,6 @@ def size_label(d: int) -> str:
     return f"{d // MiB_ELEMS}M" if d % MiB_ELEMS == 0 else str(d)
 
 
-def default_reps(d: int) -> int:
-    """Timed calls per case before the --budget cut: 20 for d <= 4M elements, 10 above (sparse calls
-    take milliseconds and are noisy on 2 shared cores; slow dense calls are cut by the budget)."""
-    return 20 if d <= 4 * MiB_ELEMS else 10
-
-
 # ----------------------------------------------------------------------------------------------
 # worker: one MPI rank (started by the driver through mpiexec)
 # ----------------------------------------------------------------------------------------------
@@ -83,168 +88,135 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024      # KiB on Linux
 
 
-def worker(out: Path, sizes: list[int], density: float, cluster: str, budget: float) -> None:
-    """Measure every collective at every size on this rank; rank 0 writes the rows as JSON."""
+def worker(args: argparse.Namespace) -> None:
+    """Measure every item at every size on this rank; rank 0 writes the results as JSON."""
     import mpi4py
     import torch
     from mpi4py import MPI
     from omegaconf import OmegaConf
 
+    import ours
+    import released_gtopk as released
     from ssgd.comm.allgather import SparseAllgather
-    from ssgd.comm.base import Collective, Payload
     from ssgd.comm.dense import DenseAllreduce
-    from ssgd.comm.gtopk import GTopKAllreduce
-    from ssgd.comm.mpi import run_mpi
     from ssgd.compress.gaussiank import GaussianK
-    from ssgd.compress.sparse import k_of, select_topk
+    from ssgd.compress.sparse import k_of
     from ssgd.perf import cost
     from ssgd.perf.alphabeta import AlphaBeta
 
+    torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, P = comm.Get_rank(), comm.Get_size()
-    network = OmegaConf.load(ROOT / "conf" / "cluster" / f"{cluster}.yaml").network
+    network = OmegaConf.load(ROOT / "conf" / "cluster" / f"{args.cluster}.yaml").network
     net = AlphaBeta(float(network.alpha), float(network.beta))
+    share = harness.MPIShare(comm)
+    meter = harness.mpi_meter(comm, args.tree_root)
 
-    def one_call(coll: Collective, payload: Payload) -> tuple[float, int, int]:
-        """Barrier, one call; (seconds on this rank, bytes sent, messages sent). Result dropped."""
+    def barrier_timed(fn) -> float:
         comm.Barrier()
         t0 = time.perf_counter()
-        reduced, log = run_mpi(coll, payload, comm)
-        seconds = time.perf_counter() - t0
-        del reduced
-        return seconds, log.stats.bytes, log.stats.messages
+        fn()
+        return time.perf_counter() - t0
 
-    def measure(name: str, coll: Collective, payload: Payload, d: int, k: int, reps: int) -> dict[str, Any]:
-        n = d if name == "dense_allreduce" else len(payload)
-        counts: list[int] = comm.allgather(n)
-        warm, sent_bytes, sent_msgs = one_call(coll, payload)
-        slowest_warm = comm.allreduce(warm, op=MPI.MAX)
-        reps = max(1, min(reps, int(budget / max(slowest_warm, 1e-9))))     # same on every rank
-        times = []
-        for _ in range(reps):
-            seconds, b, m = one_call(coll, payload)
-            times.append(seconds)
-            if (b, m) != (sent_bytes, sent_msgs):
-                raise RuntimeError(f"{name}: counted bytes/messages changed between calls")
-        if name == "dense_allreduce":
-            modelled = cost.allreduce_sent(rank, P, d)
-        elif name == "gtopk_allreduce":
-            modelled = cost.gtopk_sent(rank, P, k)
-        else:
-            modelled = cost.allgatherv_sent(rank, [cost.SPARSE_ENTRY_BYTES * c for c in counts])
-        mine = {"median_s": statistics.median(times), "min_s": min(times), "warmup_s": warm,
-                "bytes": sent_bytes, "messages": sent_msgs, "bytes_model": modelled[1],
-                "messages_model": modelled[0]}
-        every = comm.gather(mine, root=0)
-        if rank != 0:
-            return {}
-        row = {
-            "P": P, "d": d, "k": k, "density": density, "collective": name, "reps": reps,
-            "time_per_call_s": max(r["median_s"] for r in every),
-            "time_per_call_rank_medians_s": [r["median_s"] for r in every],
-            "warmup_s_max": max(r["warmup_s"] for r in every),
-            "modelled_s": coll.model_seconds(net, P, d, counts),
-            "bytes_per_rank_measured": max(r["bytes"] for r in every),
-            "bytes_per_rank_modelled": max(r["bytes_model"] for r in every),
-            "bytes_by_rank_measured": [r["bytes"] for r in every],
-            "bytes_by_rank_modelled": [r["bytes_model"] for r in every],
-            "messages_by_rank_measured": [r["messages"] for r in every],
-            "messages_by_rank_modelled": [r["messages_model"] for r in every],
-            "entries_by_rank": counts,
-        }
-        if name == "gaussiank_allgather":
-            row["achieved_density_by_rank"] = [c / d for c in counts]
-            row["achieved_density"] = sum(counts) / (P * d)
-        print(f"[comm] P={P} d={size_label(d)} {name}: {1e3 * row['time_per_call_s']:.2f} ms/call "
-              f"(reps {reps})", file=sys.stderr, flush=True)
-        return row
-
-    rows = []
-    for d in sizes:
-        k = k_of(d, density)
+    cases, series_out = [], []
+    for d in [parse_size(s) for s in args.sizes]:
+        k = k_of(d, args.density)
         u = torch.randn(d, generator=torch.Generator().manual_seed(rank))
-        topk = select_topk(u, k)
-        gaussk = GaussianK().compress(u, density)
-        cases: list[tuple[str, Collective, Payload]] = [
-            ("dense_allreduce", DenseAllreduce(), u), ("topk_allgather", SparseAllgather(), topk),
-            ("gtopk_allreduce", GTopKAllreduce(), topk), ("gaussiank_allgather", SparseAllgather(), gaussk)]
-        for name, coll, payload in cases:
-            row = measure(name, coll, payload, d, k, default_reps(d))
-            if row:
-                rows.append(row)
-        del u, topk, gaussk, cases, payload
+        topk = ours.select(u, k)
+        gaussk = GaussianK().compress(u, args.density)
+        idx, val = ours.payload_arrays(topk)
+        params = ours.make_params(d)
+        buffer = torch.zeros(d)                       # the released trainer's persistent flat gradient
+        colls = {"dense_allreduce": (DenseAllreduce(), u), "topk_allgather": (SparseAllgather(), topk),
+                 "gaussiank_allgather": (SparseAllgather(), gaussk), "gtopk_allreduce": (ours.gtopk(), topk)}
+        counted = {}
+        for name, (coll, payload) in colls.items():          # one call each: counts (and a first warm-up)
+            n = d if name == "dense_allreduce" else len(payload)
+            counts = comm.allgather(n)
+            _, log = ours.run(coll, payload, comm)
+            if name == "dense_allreduce":
+                modelled = cost.allreduce_sent(rank, P, d)
+            elif name == "gtopk_allreduce":
+                modelled = cost.gtopk_sent(rank, P, k)
+            else:
+                modelled = cost.allgatherv_sent(rank, [cost.SPARSE_ENTRY_BYTES * c for c in counts])
+            mine = (log.stats.bytes, log.stats.messages, modelled[1], modelled[0])
+            every = comm.gather(mine, root=0)
+            if rank == 0:
+                counted[name] = {"entries_by_rank": counts, "modelled_s": coll.model_seconds(net, P, d, counts),
+                                 "bytes_by_rank_measured": [e[0] for e in every],
+                                 "messages_by_rank_measured": [e[1] for e in every],
+                                 "bytes_by_rank_modelled": [e[2] for e in every],
+                                 "messages_by_rank_modelled": [e[3] for e in every]}
 
+        def ours_call(name: str):
+            coll, payload = colls[name]
+            return lambda: barrier_timed(lambda: ours.run(coll, payload, comm))
+
+        def ours_decode() -> float:
+            coll, payload = colls["gtopk_allreduce"]
+            return barrier_timed(lambda: ours.decode(ours.run(coll, payload, comm)[0], params))
+
+        def released_call(decode: bool):
+            def call() -> float:
+                given = val.copy()          # the released code merges into and zeroes its input
+                def run() -> None:
+                    v_g, i_g, _ = released.gtopk_sparse_allreduce(comm, given, idx, storage={})
+                    if decode:
+                        released.decode(buffer, v_g, i_g, P)
+                return barrier_timed(run)
+            return call
+
+        items = [(name, ours_call(name)) for name in colls]
+        if P & (P - 1) == 0:                                # the released code needs a power of two
+            items += [("gtopk_released", released_call(False)), ("gtopk_decode", ours_decode),
+                      ("gtopk_released_decode", released_call(True))]
+        else:
+            items += [("gtopk_decode", ours_decode)]
+
+        def progress(r: harness.Round) -> None:
+            if rank == 0:
+                other = "unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores"
+                print(f"[comm] P={P} d={size_label(d)} round {r.index + 1}/{args.rounds}: other CPU {other}"
+                      + (f" (attempt {r.attempts})" if r.attempts > 1 else "") + (" NOISY" if r.noisy else ""),
+                      file=sys.stderr, flush=True)
+
+        series = harness.interleaved(items, args.rounds, threshold=args.noise_threshold, retries=args.retries,
+                                     warmup=1, min_round_s=args.min_round_s, meter=meter, share=share,
+                                     on_round=progress)
+        if rank == 0:
+            cases.append({"P": P, "d": d, "k": k, "density": args.density, "counted": counted,
+                          "series": series.to_json()})
+        del u, topk, gaussk, colls, params, buffer, items
     rss = comm.gather(peak_rss_bytes(), root=0)
     if rank == 0:
-        machine = {"mpi_library": MPI.Get_library_version().strip("\x00 \n"),
-                   "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": mpi4py.__version__, "torch": torch.__version__,
-                   "torch_threads_per_rank": torch.get_num_threads()}
-        job = {"P": P, "network": {"cluster": cluster, "alpha": net.alpha, "beta": net.beta},
-               "peak_rss_bytes_by_rank": rss, "machine": machine, "rows": rows}
-        out.write_text(json.dumps(job, indent=1) + "\n")
+        info = {"mpi_library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0],
+                "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": mpi4py.__version__,
+                "torch_threads_per_rank": torch.get_num_threads()}
+        job = {"P": P, "network": {"cluster": args.cluster, "alpha": net.alpha, "beta": net.beta},
+               "peak_rss_bytes_by_rank": rss, "mpi": info, "cases": cases}
+        Path(args.out).write_text(json.dumps(job, indent=1) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
 # driver: no MPI in this process
 # ----------------------------------------------------------------------------------------------
-def mem_available_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo, or None where there is none."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def cpu_busy_fraction(seconds: float = 0.5) -> float | None:
-    """Share of all CPUs busy (not idle/iowait) over `seconds` before a job: other work on the
-    machine, which inflates every time measured here. None where there is no /proc/stat."""
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-        return sum(ticks[:8]), ticks[3] + ticks[4]          # total (without guest), idle + iowait
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def run_job(P: int, sizes: list[int], args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """One `mpiexec -n P` job of this script's worker; returns its JSON plus wall time and memory.
 
     On timeout the job's process group gets SIGTERM (mpiexec then stops its ranks), SIGKILL after
     10 s; the job is reported as failed, the other P still run.
     """
+    sys.path.insert(0, str(ROOT / "src"))
     from ssgd.launch import mpiexec_path, worker_env
 
     out = tmp / f"comm_P{P}.json"
     argv = [mpiexec_path(), "-n", str(P), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
-            "--worker", "--out", str(out), "--sizes", *map(str, sizes), "--density", repr(args.density),
-            "--cluster", args.cluster, "--budget", repr(args.budget)]
-    busy = cpu_busy_fraction()
-    if busy is not None and busy > BUSY_WARNING:
-        print(f"[comm] WARNING: {100 * busy:.0f} % of the CPUs were busy before P={P} started: "
-              "the times below are inflated", file=sys.stderr, flush=True)
-    base = mem_available_bytes()
-    low = base
+            "--worker", "--out", str(out), "--sizes", *args.sizes, "--density", repr(args.density),
+            "--cluster", args.cluster, "--rounds", str(args.rounds), "--retries", str(args.retries),
+            "--noise-threshold", repr(args.noise_threshold), "--min-round-s", repr(args.min_round_s),
+            "--tree-root", str(os.getpid())]
+    base = low = machine.mem_available_bytes()
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=worker_env(local=True), cwd=ROOT, start_new_session=True)
     status: str | None = None
@@ -265,11 +237,10 @@ def run_job(P: int, sizes: list[int], args: argparse.Namespace, tmp: Path) -> di
                         break
                     except subprocess.TimeoutExpired:
                         continue
-        now = mem_available_bytes()
+        now = machine.mem_available_bytes()
         if now is not None and low is not None:
             low = min(low, now)
-    wall = time.perf_counter() - t0
-    job: dict[str, Any] = {"P": P, "status": status, "wall_s": wall, "cpu_busy_before": busy, "rows": []}
+    job: dict[str, Any] = {"P": P, "status": status, "wall_s": time.perf_counter() - t0, "cases": []}
     if status == "ok":
         job.update(json.loads(out.read_text()))
     if base is not None and low is not None:
@@ -277,86 +248,150 @@ def run_job(P: int, sizes: list[int], args: argparse.Namespace, tmp: Path) -> di
     return job
 
 
-def fmt_ms(seconds: float) -> str:
-    ms = 1e3 * seconds
-    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
+def ms(seconds: float) -> str:
+    return harness.fmt_num(1e3 * seconds)
 
 
-def table(rows: list[dict[str, Any]], cluster: str) -> str:
-    lines = [f"| P | d | collective | time per call (ms) | modelled on `{cluster}` (ms) | bytes/rank measured "
-             "| bytes/rank modelled | achieved density (Gaussian-k) |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        dens = f"{r['achieved_density']:.6f}" if "achieved_density" in r else ""
-        lines.append(f"| {r['P']} | {size_label(r['d'])} | {LABELS[r['collective']]} | {fmt_ms(r['time_per_call_s'])} "
-                     f"| {fmt_ms(r['modelled_s'])} | {r['bytes_per_rank_measured']:,} | {r['bytes_per_rank_modelled']:,} "
-                     f"| {dens} |")
-    return "\n".join(lines)
+def gtopk_table(cases: list[dict[str, Any]]) -> list[str]:
+    """ours / released per (P, d), collective only and with decode: ms (median over rounds), ratio
+    median [min-max] over rounds; every number of a noisy (P, d) carries the mark."""
+    out = ["| P | d | ours ms | released ms | ours / released | ours + decode ms | released + decode ms "
+           f"| ours / released, with decode | {harness.NOISE_COLUMN} |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        s = harness.Series.from_json(c["series"])
+        if "gtopk_released" not in s.names:
+            continue
+        noisy = s.noisy
+        cells = []
+        for a, b in PAIRS.values():
+            cells += [harness.time_cell(s.median(a), noisy), harness.time_cell(s.median(b), noisy),
+                      harness.ratio_cell(s.ratio(a, b), noisy, digits=2)]
+        out.append(f"| {c['P']} | {size_label(c['d'])} | " + " | ".join(cells) + f" | {harness.noise_cell(s)} |")
+    return out
+
+
+def collectives_table(cases: list[dict[str, Any]], cluster: str) -> list[str]:
+    """Every item's time per call with its spread, the modelled time and the counted bytes."""
+    out = [f"| P | d | collective | ms per call, median [min-max] | modelled on `{cluster}` ms | bytes/rank measured "
+           "| bytes/rank modelled | achieved density |", "|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        s = harness.Series.from_json(c["series"])
+        for name in s.names:
+            counted = c["counted"].get(name)
+            model = ms(counted["modelled_s"]) if counted else ""
+            b_meas = f"{max(counted['bytes_by_rank_measured']):,}" if counted else ""
+            b_model = f"{max(counted['bytes_by_rank_modelled']):,}" if counted else ""
+            dens = ""
+            if name == "gaussiank_allgather" and counted:
+                dens = f"{sum(counted['entries_by_rank']) / (c['P'] * c['d']):.6f}"
+            sp = s.spread(name)
+            cell = f"{ms(sp.median)} [{ms(sp.lo)}-{ms(sp.hi)}]" + harness.mark(s.noisy)
+            out.append(f"| {c['P']} | {size_label(c['d'])} | {LABELS[name]} | {cell} | {model} | {b_meas} "
+                       f"| {b_model} | {dens} |")
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The tables of one run (also used by bench/summary.py)."""
+    cases = result["cases"]
+    first = next((c["series"] for c in cases), None)
+    lines = [f"Measured on {machine.one_line(result['machine'])}; {result.get('mpi', {}).get('mpi_library', '')}, "
+             f"1 intra-op thread per rank, density {result['density']}.",
+             f"Settings: {harness.settings_line(first)}; time per call = the slowest rank's." if first else "", "",
+             "gTop-k, ours vs the released implementation (hclhkbu/gtopkssgd allreducer.py, re-implemented in "
+             "bench/released_gtopk.py); ratio: median [min-max] over rounds:", "", *gtopk_table(cases), "",
+             "Every collective:", "", *collectives_table(cases, result["network"]["cluster"] if result.get("network")
+                                                        else "local"), "", result.get("noise_method", "")]
+    return "\n".join(lines) + "\n"
 
 
 def driver(args: argparse.Namespace) -> int:
-    Ps = args.P or ([2, 4] if args.quick else [2, 4, 8])
-    sizes = [parse_size(s) for s in args.sizes] if args.sizes else ([MiB_ELEMS] if args.quick else
-                                                                     [MiB_ELEMS, 25 * MiB_ELEMS])
-    t0 = time.perf_counter()
+    start = time.perf_counter()
+    info = machine.describe()
     jobs = []
     with tempfile.TemporaryDirectory(prefix="ssgd-bench-comm-") as tmp:
-        for P in Ps:
-            job = run_job(P, sizes, args, Path(tmp))
+        for P in args.P:
+            print(f"[comm] mpiexec -n {P}: d = {', '.join(args.sizes)}, {args.rounds} rounds", file=sys.stderr,
+                  flush=True)
+            job = run_job(P, args, Path(tmp))
             mem, rss = job.get("memory_used_peak_bytes"), job.get("peak_rss_bytes_by_rank")
             print(f"[comm] P={P}: {job['status']}, {job['wall_s']:.1f} s"
                   + (f", MemAvailable dropped by up to {mem / 2**30:.2f} GiB" if mem is not None else "")
-                  + (f", peak RSS summed over ranks {sum(rss) / 2**30:.2f} GiB" if rss else ""),
-                  file=sys.stderr, flush=True)
+                  + (f", peak RSS per rank up to {max(rss) / 2**30:.2f} GiB" if rss else ""), file=sys.stderr,
+                  flush=True)
             jobs.append(job)
-    total = time.perf_counter() - t0
-    rows = [r for job in jobs for r in job["rows"]]
-    order = {c: i for i, c in enumerate(COLLECTIVES)}
-    rows.sort(key=lambda r: (r["d"], r["P"], order[r["collective"]]))
-    print(table(rows, args.cluster))
-    mismatched = [r for r in rows if r["bytes_by_rank_measured"] != r["bytes_by_rank_modelled"]
-                  or r["messages_by_rank_measured"] != r["messages_by_rank_modelled"]]
-    for r in mismatched:
-        print(f"WARNING: P={r['P']} d={size_label(r['d'])} {r['collective']}: counted bytes/messages "
-              "differ from the cost model", file=sys.stderr)
+    cases = sorted((c for job in jobs for c in job["cases"]), key=lambda c: (c["d"], c["P"]))
+    first = next((job for job in jobs if "mpi" in job), {})
+    result = {"command": " ".join(["bench/comm.py", *sys.argv[1:]]), "quick": args.quick, "density": args.density,
+              "settings": {"rounds": args.rounds, "retries": args.retries,
+                           "noise_threshold_cores": args.noise_threshold, "min_round_s": args.min_round_s,
+                           "P": args.P, "sizes": args.sizes},
+              "noise_method": harness.describe_method(args.noise_threshold, args.retries),
+              "network": first.get("network"), "mpi": first.get("mpi", {}), "machine": info,
+              "total_runtime_s": time.perf_counter() - start,
+              "jobs": [{k: v for k, v in job.items() if k not in ("cases", "mpi", "network")} for job in jobs],
+              "cases": cases}
+    print(markdown(result))
+    mismatched = [(c, name) for c in cases for name, n in c["counted"].items()
+                  if n["bytes_by_rank_measured"] != n["bytes_by_rank_modelled"]
+                  or n["messages_by_rank_measured"] != n["messages_by_rank_modelled"]]
+    for c, name in mismatched:
+        print(f"WARNING: P={c['P']} d={size_label(c['d'])} {name}: counted bytes/messages differ from the cost model",
+              file=sys.stderr)
     failed = [job for job in jobs if job["status"] != "ok"]
     for job in failed:
         print(f"FAILED: P={job['P']}: {job['status']}", file=sys.stderr)
-    per_job = ", ".join(f"P={job['P']}: {job['wall_s']:.1f} s" for job in jobs)
-    print(f"\ntotal runtime {total:.1f} s ({per_job})")
-
-    first = next((job for job in jobs if "machine" in job), {})
-    machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
-               "platform": platform.platform(), **first.get("machine", {})}
-    result = {"command": " ".join(["bench/comm.py", *sys.argv[1:]]), "quick": args.quick, "density": args.density,
-              "network": first.get("network"), "total_runtime_s": total, "machine": machine,
-              "jobs": [{k: v for k, v in job.items() if k not in ("rows", "machine", "network")} for job in jobs],
-              "rows": rows}
-    path = Path(args.json) if args.json else RESULTS / ("comm_quick.json" if args.quick else "comm.json")
+    print(f"total runtime {result['total_runtime_s']:.1f} s ("
+          + ", ".join(f"P={job['P']}: {job['wall_s']:.1f} s" for job in jobs) + ")")
+    path = Path(args.json) if args.json else args.out_dir / ("comm_quick.json" if args.quick else "comm.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", file=sys.stderr)
+    print(f"[comm] wrote {path}", file=sys.stderr)
     return 1 if failed or mismatched else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="only d = 1M and P = 2, 4 (well under a minute)")
+    ap.add_argument("--quick", action="store_true", help=f"P = 2, 4; d = 1M; {QUICK_ROUNDS} rounds, 1 retry (~30 s)")
     ap.add_argument("--P", type=int, nargs="+", help="numbers of MPI ranks (default 2 4 8)")
     ap.add_argument("--sizes", nargs="+", help="element counts, e.g. 1M 25M (M = 2**20; default 1M 25M)")
     ap.add_argument("--density", type=float, default=DENSITY, help="k = max(int(d * density), 1)")
     ap.add_argument("--cluster", default="local", help="conf/cluster/<name>.yaml whose network is modelled")
-    ap.add_argument("--budget", type=float, default=5.0,
-                    help="seconds per case: reps are lowered so that reps x warm-up stays under it")
-    ap.add_argument("--timeout", type=float, default=480.0, help="seconds per mpiexec job before it is killed")
-    ap.add_argument("--json", help="result file (default bench/results/comm.json, comm_quick.json with --quick)")
+    ap.add_argument("--rounds", type=int,
+                    help=f"interleaved rounds per (P, d) (default {ROUNDS}; --quick {QUICK_ROUNDS})")
+    harness.add_noise_arguments(ap)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mpiexec job before it is killed")
+    ap.add_argument("--out-dir", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    ap.add_argument("--json", help="result file (default <out-dir>/comm.json, comm_quick.json with --quick)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--tree-root", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = QUICK_ROUNDS if args.quick else ROUNDS
+    problem = harness.noise_problem(args)
+    args.retries = harness.noise_from_args(args, quick=args.quick).retries
     if args.worker:
-        if args.out is None or not args.sizes:
-            ap.error("--worker needs --out and --sizes")
-        worker(args.out, [parse_size(s) for s in args.sizes], args.density, args.cluster, args.budget)
+        worker(args)
         return 0
+    args.P = args.P or ([2, 4] if args.quick else [2, 4, 8])
+    args.sizes = args.sizes or (["1M"] if args.quick else ["1M", "25M"])
+    try:
+        sizes = [parse_size(s) for s in args.sizes]
+    except ValueError:
+        sizes, problem = [], problem or (f"--sizes {' '.join(args.sizes)}: sizes are integers, optionally with K or M "
+                                         "(2**10, 2**20)")
+    if problem is None and any(s < 1 for s in sizes):
+        problem = f"--sizes {' '.join(args.sizes)}: must be >= 1"
+    elif problem is None and any(P < 1 for P in args.P):
+        problem = f"--P {' '.join(map(str, args.P))}: must be >= 1"
+    elif problem is None and args.rounds < 1:
+        problem = f"--rounds {args.rounds}: must be >= 1"
+    elif problem is None and not 0 < args.density <= 1:
+        problem = f"--density {args.density}: must be in (0, 1]"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     return driver(args)
 
 

@@ -1,10 +1,21 @@
 """DLBench revisited: time per mini-batch of DLBench's workloads across tools and thread counts.
 
-Measured (papers.md 8; DLBench's metric): the time of one training step = forward + loss + backward
-+ SGD update (lr 0.01, momentum 0.9) on one fixed synthetic mini-batch, after `--warmup` steps (at
-least one for compiled tools: tracing and compilation happen there and are reported separately as
-`warmup_s`), timed one step at a time over `--reps` steps (fewer, but at least 3, once a cell's timed
-steps have used `--budget` seconds); reported as the median with the quartiles, min and max.
+DLBench (Shi, Wang, Xu, Chu, "Benchmarking State-of-the-Art Deep Learning Software Tools",
+arXiv:1608.07249) times one training step = forward + loss + backward + SGD update (lr 0.01,
+momentum 0.9) on one fixed synthetic mini-batch. Here every (tool, thread count) cell of a workload
+runs in its own worker process, which builds the model, warms up (`--warmup` steps, at least one for
+compiled tools: tracing and compilation happen there and are reported as `warmup_s`) and then waits
+for the driver. The driver interleaves the cells in rounds (bench/harness.py): one step of each cell
+in turn, round after round, `--reps` rounds (fewer, but at least 3, when the slowest cell's step times
+`--reps` would pass `--budget` seconds). Reported per cell: the median step time with the quartiles,
+min and max over rounds; per tool the speed-up from 1 thread to the others, taken inside each round.
+During each round the CPU used by processes outside this benchmark (the driver and its workers) is
+measured; a round above --noise-threshold cores (default 0.2) is repeated (<= --retries, default 2),
+and a workload whose rounds stay above it is marked "noisy" in every table.
+
+The cells of a workload are alive together while memory allows (a new worker starts only while
+MemAvailable stays above max(2 GiB, 15 % of RAM)); cells that did not fit are measured in a later
+group, and the tables say which cells were interleaved together.
 
 Workloads (`dlbench_workloads.py`, parameter counts pinned and checked for every tool):
 FCN-5 (26752-2048-2048-2048-26752 sigmoid), FCN-R (784-2048-4096-1024-10 sigmoid, MNIST-shaped),
@@ -16,17 +27,17 @@ Tools: PyTorch eager (`torch`), `torch.compile` (`torch_compile`; Inductor with 
 count), and with `.venv-tools` (made by `make bench-dlbench`) Keras 3 on TensorFlow (`tensorflow`:
 a tf.function graph, no XLA, Keras's default on CPU) and on JAX (`jax`: XLA jit). Tools whose
 environment is missing are skipped with a message. Thread counts (`--threads`): 1, then powers of
-two, and all usable cores. Each (tool, threads) pair runs in its own process pinned to that many
-cores (CPU affinity) with every thread pool of the tool sized to it (OMP_NUM_THREADS,
-torch.set_num_threads, TensorFlow's intra/inter-op pools, XLA's pool follows the affinity).
+two, and all usable cores. Each worker is pinned to that many cores (CPU affinity) with every thread
+pool of the tool sized to it (OMP_NUM_THREADS, torch.set_num_threads, TensorFlow's intra/inter-op
+pools, XLA's pool follows the affinity).
 
-    .venv/bin/python bench/dlbench.py                       # all tools found, ~6 min on 2 cores
-    .venv/bin/python bench/dlbench.py --quick               # no torch.compile, 3 steps per cell, ~3 min
+    .venv/bin/python bench/dlbench.py                       # all tools found, ~6 min on 2 quiet cores
+    .venv/bin/python bench/dlbench.py --quick               # no torch.compile, 3 rounds, 1 retry
+    .venv/bin/python bench/dlbench.py --quick --tools torch --workloads fcnr alexnet_r   # ~30 s
     .venv/bin/python bench/dlbench.py --tools torch --workloads resnet56 --batch-size resnet56=128 --reps 10
 
-Writes bench/results/dlbench.json (rows, every step's time, machine, versions, skipped tools) and
-paper_figs/out/dlbench.{csv,md,png,pdf}. Do not run it next to other work: on 2 cores a busy
-neighbour inflates every time.
+Writes <--results> (default bench/results/dlbench.json: rows, every round's step times and noise,
+machine, versions, skipped tools) and <--out-dir>/dlbench.{csv,md,png,pdf} (default paper_figs/out).
 """
 from __future__ import annotations
 
@@ -34,7 +45,6 @@ import argparse
 import csv
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +55,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
 import machine_info as machine  # noqa: E402
 from dlbench_workloads import WORKLOADS  # noqa: E402
 
@@ -55,7 +66,9 @@ KERAS_TOOLS = ("tensorflow", "jax")
 TOOLS_VENV = ROOT / ".venv-tools"
 RESULTS = ROOT / "bench" / "results" / "dlbench.json"
 FIGDIR = ROOT / "paper_figs" / "out"
-WORKER_TIMEOUT_S = 1800       # per (tool, threads) process
+WORKER_TIMEOUT_S = 1800       # per answer of a worker (its start-up and warm-up included)
+MIN_ROUNDS = 3                # rounds per workload even when the budget is spent
+GiB = 2**30
 
 
 class UsageError(Exception):
@@ -63,29 +76,30 @@ class UsageError(Exception):
 
 
 # ----------------------------------------------------------------------------------------------
-# worker: one (tool, threads) pair in its own process
+# worker: one (tool, threads, workload) cell in its own process, serving the driver
 # ----------------------------------------------------------------------------------------------
-def worker(tool: str, threads: int, jobs: list[tuple[str, int]], warmup: int, reps: int, budget: float,
-           out: Path) -> None:
-    """Run every (workload, batch) job with `tool`; rewrite `out` after each so a timeout keeps the rest."""
+def serve(tool: str, threads: int, key: str, batch: int, warmup: int) -> int:
+    """Build and warm up one cell, say `READY {facts}`, then answer each `step` line on stdin with
+    `T <seconds> <loss>` (one timed training step) until `quit` or end of input."""
     if tool in KERAS_TOOLS:
         import dlbench_keras as impl
     else:
         import dlbench_torch as impl
     impl.set_threads(tool, threads)
-    rows: list[dict] = []
-    for key, batch in jobs:
+    try:
+        step, facts = impl.prepare(tool, WORKLOADS[key], batch, warmup)
+        facts["versions"] = impl.versions(tool)
+    except Exception as err:                               # reported as the cell's error, not a crash
+        print(f"ERROR {type(err).__name__}: {err}".replace("\n", " "), flush=True)
+        return 1
+    print("READY " + json.dumps(facts), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "step":
+            break
         t0 = time.perf_counter()
-        try:
-            row = impl.run(tool, WORKLOADS[key], batch, warmup, reps, budget)
-        except Exception as err:                           # one failing cell must not lose the others
-            row = {"error": f"{type(err).__name__}: {err}"}
-        row.update(tool=tool, threads=threads, workload=key, batch=batch)
-        rows.append(row)
-        done = f"{1e3 * statistics.median(row['times_s']):.1f} ms/step" if "times_s" in row else row["error"]
-        print(f"[dlbench] {tool} threads={threads} {key} batch={batch}: {done} "
-              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-        out.write_text(json.dumps({"rows": rows, "versions": impl.versions(tool)}) + "\n")
+        loss = step()
+        print(f"T {time.perf_counter() - t0!r} {loss!r}", flush=True)
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -155,34 +169,129 @@ def pin_to(threads: int):
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def run_worker(tool: str, threads: int, jobs: list[tuple[str, int]], args: argparse.Namespace) -> dict:
-    """One worker process; returns its JSON ({'rows': [...], 'versions': {...}}), possibly partial.
-    Its progress lines are passed through; other output is kept for the error message."""
-    py = tools_python(args.tools_venv) if tool in KERAS_TOOLS else Path(sys.executable)
-    with tempfile.TemporaryDirectory(prefix="dlbench-") as tmp:
-        out = Path(tmp) / "rows.json"
+class Cell:
+    """The driver's handle on one worker process (one tool, thread count, workload and batch)."""
+
+    def __init__(self, tool: str, threads: int, key: str, batch: int, args: argparse.Namespace) -> None:
+        self.tool, self.threads, self.key, self.batch = tool, threads, key, batch
+        self.name = f"{tool}@{threads}"
+        py = tools_python(args.tools_venv) if tool in KERAS_TOOLS else Path(sys.executable)
         argv = [str(py), str(Path(__file__).resolve()), "--worker", "--tool", tool, "--threads", str(threads),
-                "--warmup", str(args.warmup), "--reps", str(args.reps), "--budget", str(args.budget),
-                "--out", str(out), "--jobs", *[f"{k}={b}" for k, b in jobs]]
-        proc = subprocess.Popen(argv, env=tool_env(tool, threads), preexec_fn=pin_to(threads),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        watchdog = threading.Timer(WORKER_TIMEOUT_S, proc.kill)
+                "--warmup", str(args.warmup), "--jobs", f"{key}={batch}"]
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(argv, env=tool_env(tool, threads), preexec_fn=pin_to(threads),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.facts: dict = {}
+        self.error: str | None = None
+        self.loss = float("nan")
+
+    def _answer(self, prefixes: tuple[str, ...]) -> str:
+        """The next protocol line of the worker (other output is skipped), under a watchdog."""
+        watchdog = threading.Timer(WORKER_TIMEOUT_S, self.proc.kill)
         watchdog.start()
-        tail: list[str] = []
-        for line in proc.stderr:
-            if line.startswith("[dlbench]"):
-                print(line, end="", file=sys.stderr, flush=True)
+        try:
+            for line in self.proc.stdout:
+                if line.startswith(prefixes):
+                    return line.rstrip("\n")
+        finally:
+            watchdog.cancel()
+        self.log.seek(0)
+        tail = " | ".join(self.log.read().strip().splitlines()[-2:])
+        raise RuntimeError(f"worker ended (exit status {self.proc.wait()}): {tail}")
+
+    def ready(self) -> bool:
+        """Wait for the worker's build and warm-up; False (and `error` set) if it failed."""
+        try:
+            line = self._answer(("READY ", "ERROR "))
+        except RuntimeError as err:
+            self.error = str(err)
+            return False
+        if line.startswith("ERROR "):
+            self.error = line[len("ERROR "):]
+            return False
+        self.facts = json.loads(line[len("READY "):])
+        return True
+
+    def step(self) -> float:
+        """One timed training step in the worker; returns its seconds (measured there)."""
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        _, seconds, loss = self._answer(("T ",)).split()
+        self.loss = float(loss)
+        return float(seconds)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def memory_low(total: int | None) -> bool:
+    """MemAvailable below max(2 GiB, 15 % of RAM): start no further worker in this group."""
+    available = machine.mem_available_bytes()
+    if available is None or total is None:
+        return False
+    return available < max(2 * GiB, 0.15 * total)
+
+
+def rounds_for(cells: list[Cell], args: argparse.Namespace) -> int:
+    """--reps, or fewer (>= MIN_ROUNDS, or --reps if smaller) when the slowest cell's step, probed
+    once (an extra warm-up step), times --reps would pass --budget seconds."""
+    if args.reps <= MIN_ROUNDS:
+        return args.reps
+    slowest = max(c.step() for c in cells)
+    return max(MIN_ROUNDS, min(args.reps, int(args.budget / max(slowest, 1e-9))))
+
+
+def measure_workload(key: str, batch: int, cells: list[tuple[str, int]], args: argparse.Namespace,
+                     groups: list[dict]) -> list[dict]:
+    """Every (tool, threads) cell of one workload, interleaved in rounds, in as few groups as memory
+    allows; returns the cells' rows and appends each group's series to `groups`."""
+    rows: list[dict] = []
+    total = machine.mem_total_bytes()
+    pending = list(cells)
+    while pending:
+        group: list[Cell] = []
+        while pending and not (group and memory_low(total)):
+            tool, n = pending.pop(0)
+            cell = Cell(tool, n, key, batch, args)
+            print(f"[dlbench] {key} batch={batch}: starting {TOOL_LABELS[tool]}, {n} thread(s) ...",
+                  file=sys.stderr, flush=True)
+            if cell.ready():
+                group.append(cell)
             else:
-                tail = (tail + [line.rstrip()])[-5:]
-        code = proc.wait()
-        timed_out = not watchdog.is_alive() and code != 0
-        watchdog.cancel()
-        result = json.loads(out.read_text()) if out.exists() else {"rows": [], "versions": {}}
-    if code != 0:
-        why = f"timed out after {WORKER_TIMEOUT_S} s" if timed_out else f"exit status {code}: {' | '.join(tail[-2:])}"
-        print(f"[dlbench] {tool} threads={threads}: worker failed: {why}", file=sys.stderr, flush=True)
-        result["failed"] = why
-    return result
+                print(f"[dlbench] {key} {cell.name}: failed: {cell.error}", file=sys.stderr, flush=True)
+                rows.append({"tool": tool, "threads": n, "workload": key, "batch": batch, "error": cell.error})
+                cell.close()
+        if not group:
+            continue
+        try:
+            n_rounds = rounds_for(group, args)
+
+            def progress(r: harness.Round) -> None:
+                print(f"[dlbench] {key} round {r.index + 1}/{n_rounds}: " + ", ".join(
+                    f"{name} {1e3 * t:.0f} ms" for name, t in r.times.items()) + "; other CPU "
+                    + ("unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores")
+                    + (f" (attempt {r.attempts})" if r.attempts > 1 else "") + (" NOISY" if r.noisy else ""),
+                    file=sys.stderr, flush=True)
+
+            series = harness.interleaved([(c.name, c.step) for c in group], n_rounds, threshold=args.noise.threshold,
+                                         retries=args.noise.retries, warmup=0, on_round=progress)
+        finally:
+            for c in group:
+                c.close()
+        info = series.to_json()
+        groups.append({"workload": key, "cells": [c.name for c in group], "series": info})
+        for c in group:
+            rows.append({"tool": c.tool, "threads": c.threads, "workload": key, "batch": batch, **c.facts,
+                         "final_loss": c.loss, "times_s": series.values(c.name), "group": len(groups) - 1,
+                         "noisy": series.noisy, "other_cores_max": info["other_cores_max"]})
+    return rows
 
 
 def summarise(row: dict) -> dict:
@@ -191,32 +300,47 @@ def summarise(row: dict) -> dict:
     row["label"] = w.label
     if "times_s" not in row:
         return row
-    t = sorted(row["times_s"])
-    q = statistics.quantiles(t, n=4, method="inclusive") if len(t) > 1 else [t[0]] * 3
-    row.update(median_s=statistics.median(t), q1_s=q[0], q3_s=q[2], min_s=t[0], max_s=t[-1], reps=len(t),
-               samples_per_s=row["batch"] / statistics.median(t), params_expected=w.params,
+    sp = harness.Spread.of(row["times_s"])
+    row.update(median_s=sp.median, q1_s=sp.q1, q3_s=sp.q3, min_s=sp.lo, max_s=sp.hi, reps=sp.n,
+               samples_per_s=row["batch"] / sp.median, params_expected=w.params,
                params_ok=row["params"] == w.params)
     return row
 
 
 def measure(args: argparse.Namespace, tools: list[str], threads: list[int], batches: dict[str, int]) -> dict:
-    rows, versions, skipped = [], {}, {}
-    jobs = list(batches.items())
+    rows, versions, skipped, groups = [], {}, {}, []
+    ready = []
     for tool in tools:
         why = tool_available(tool, args.tools_venv)
         if why:
             skipped[tool] = why
             print(f"[dlbench] skipping {TOOL_LABELS[tool]}: {why}", file=sys.stderr, flush=True)
-            continue
-        for n in threads:
-            print(f"[dlbench] {TOOL_LABELS[tool]}, {n} thread(s): {', '.join(f'{k}@{b}' for k, b in jobs)}",
-                  file=sys.stderr, flush=True)
-            result = run_worker(tool, n, jobs, args)
-            rows += [summarise(r) for r in result["rows"]]
-            versions[tool] = result.get("versions", {})
-            if "failed" in result:
-                skipped[f"{tool}@{n}"] = result["failed"]
-    return {"rows": rows, "versions": versions, "skipped": skipped}
+        else:
+            ready.append(tool)
+    for key, batch in batches.items():
+        cells = [(tool, n) for tool in ready for n in threads]
+        for row in measure_workload(key, batch, cells, args, groups):
+            rows.append(summarise(row))
+            if "versions" in row:
+                versions[row["tool"]] = row.pop("versions")
+            if "error" in row:
+                skipped[f"{row['tool']}@{row['threads']} {key}"] = row["error"]
+    return {"rows": rows, "versions": versions, "skipped": skipped, "groups": groups}
+
+
+def speedups(result: dict) -> list[dict]:
+    """Per workload and tool: time at 1 thread / time at n threads, taken inside each round (cells
+    interleaved in the same group only), with the group's noise verdict."""
+    out = []
+    for g in result.get("groups", []):
+        s = harness.Series.from_json(g["series"])
+        for tool in TOOLS:
+            one = f"{tool}@1"
+            for name in s.names:
+                if one in s.names and name.startswith(f"{tool}@") and name != one:
+                    out.append({"workload": g["workload"], "tool": tool, "threads": int(name.split("@")[1]),
+                                "speedup": s.ratio(one, name).to_json(), "noisy": s.noisy})
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,32 +367,68 @@ def cell(row: dict | None) -> str:
     if "median_s" not in row:
         return "failed"
     flag = "" if row["params_ok"] else " (params!)"
-    return f"{ms(row['median_s'])} ({ms(row['q1_s'])}-{ms(row['q3_s'])}){flag}"
+    return f"{ms(row['median_s'])} ({ms(row['q1_s'])}-{ms(row['q3_s'])}){flag}" + harness.mark(row.get("noisy"))
+
+
+def noise_of(cells: list[dict | None]) -> str:
+    """The noise column of a table row: max other-process CPU over its cells' rounds, marked if noisy."""
+    measured = [c for c in cells if c and "median_s" in c]
+    if not measured:
+        return "-"
+    if any(c.get("other_cores_max") is None for c in measured):
+        return harness.UNMEASURED
+    worst = max(c["other_cores_max"] for c in measured)
+    return f"{worst:.2f}" + harness.mark(any(c.get("noisy") for c in measured))
 
 
 def markdown(result: dict) -> str:
-    """Time per mini-batch in ms, median (quartiles), one row per workload x threads, one column per tool."""
+    """Time per mini-batch in ms, median (quartiles), one row per workload x threads, one column per tool;
+    then the thread speed-ups measured inside each round. Every number of a noisy workload carries the mark."""
     rows, tools = result["rows"], [t for t in TOOLS if any(r["tool"] == t for r in result["rows"])]
     index = {(r["workload"], r["threads"], r["tool"]): r for r in rows}
-    lines = [f"Time per mini-batch (ms; median, quartiles in brackets) on {machine.one_line(result['machine'])}; "
-             f"{tool_versions(result.get('versions', {}))}.", "",
-             "| workload | batch | threads | " + " | ".join(TOOL_LABELS[t] for t in tools) + " |",
-             "|---|---|---|" + "---|" * len(tools)]
+    settings = result["settings"]
+    lines = [f"Time per mini-batch (ms; median over rounds, quartiles in brackets) on "
+             f"{machine.one_line(result['machine'])}; {tool_versions(result.get('versions', {}))}. Cells of a "
+             f"workload interleaved in rounds (<= {settings.get('reps', '?')} rounds, >= {MIN_ROUNDS} within the "
+             f"{settings.get('budget_s', '?')} s budget). "
+             + harness.describe_method(settings.get("noise_threshold_cores", harness.DEFAULT_THRESHOLD_CORES),
+                                       settings.get("retries", harness.DEFAULT_RETRIES)), "",
+             "| workload | batch | threads | " + " | ".join(TOOL_LABELS[t] for t in tools)
+             + f" | {harness.NOISE_COLUMN} |", "|---|---|---|" + "---|" * (len(tools) + 1)]
     for key in WORKLOADS:
-        for n in result["settings"]["threads"]:
+        for n in settings["threads"]:
             cells = [index.get((key, n, t)) for t in tools]
             if not any(cells):
                 continue
             batch = next(c["batch"] for c in cells if c)
-            lines.append(f"| {WORKLOADS[key].label} | {batch} | {n} | " + " | ".join(cell(c) for c in cells) + " |")
-    most = max(result["settings"]["threads"])
+            lines.append(f"| {WORKLOADS[key].label} | {batch} | {n} | " + " | ".join(cell(c) for c in cells)
+                         + f" | {noise_of(cells)} |")
+    ups = speedups(result)
+    if ups:
+        lines += ["", "Speed-up from 1 thread (time at 1 thread / time at n threads, per round; median [min-max]):", "",
+                  "| workload | threads | " + " | ".join(TOOL_LABELS[t] for t in tools) + " |",
+                  "|---|---|" + "---|" * len(tools)]
+        for key in WORKLOADS:
+            for n in sorted({u["threads"] for u in ups if u["workload"] == key}):
+                found = {u["tool"]: u for u in ups if u["workload"] == key and u["threads"] == n}
+                lines.append(f"| {WORKLOADS[key].label} | {n} | " + " | ".join(
+                    harness.ratio_cell(found[t]["speedup"], found[t]["noisy"], digits=2) if t in found else "-"
+                    for t in tools) + " |")
+    split = {}
+    for g in result.get("groups", []):
+        split.setdefault(g["workload"], []).append(g["cells"])
+    for key, parts in split.items():
+        if len(parts) > 1:
+            lines.append(f"\n{WORKLOADS[key].label}: memory allowed only some cells at once; interleaved together: "
+                         + "; ".join(", ".join(p) for p in parts) + " (compare across groups with care).")
+    most = max(settings["threads"])
     warm = [r for r in rows if r["tool"] != "torch" and "warmup_s" in r and r["threads"] == most]
     if warm:
         lines += ["", f"Warm-up (tracing / compilation, then `--warmup` steps), s, at {most} thread(s):", "",
                   "| workload | " + " | ".join(TOOL_LABELS[t] for t in tools if t != "torch") + " |",
                   "|---|" + "---|" * len([t for t in tools if t != "torch"])]
         for key in WORKLOADS:
-            cells = [index.get((key, max(result["settings"]["threads"]), t)) for t in tools if t != "torch"]
+            cells = [index.get((key, most, t)) for t in tools if t != "torch"]
             if any(cells):
                 lines.append(f"| {WORKLOADS[key].label} | " + " | ".join(
                     f"{c['warmup_s']:.1f}" if c and "warmup_s" in c else "-" for c in cells) + " |")
@@ -279,7 +439,8 @@ def markdown(result: dict) -> str:
 
 def write_csv(result: dict, path: Path) -> None:
     keys = ["workload", "label", "tool", "threads", "batch", "median_s", "q1_s", "q3_s", "min_s", "max_s", "reps",
-            "samples_per_s", "warmup_s", "params", "params_expected", "params_ok", "error"]
+            "samples_per_s", "warmup_s", "params", "params_expected", "params_ok", "group", "other_cores_max", "noisy",
+            "error"]
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         writer.writeheader()
@@ -340,17 +501,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--tools", nargs="+", default=list(TOOLS), help=f"of {', '.join(TOOLS)}")
     ap.add_argument("--threads", nargs="+", type=int, help="thread counts (default: 1, powers of 2, all cores)")
     ap.add_argument("--batch-size", nargs="+", metavar="[WORKLOAD=]N", help="one size for all, or per workload")
-    ap.add_argument("--reps", type=int, default=10, help="timed steps per cell (default 10)")
+    ap.add_argument("--reps", type=int, default=10, help="interleaved rounds: timed steps per cell (default 10)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1; compiled tools >= 1)")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds of timed steps per cell before cutting reps")
-    ap.add_argument("--quick", action="store_true", help="no torch.compile, 3 steps per cell")
+    ap.add_argument("--quick", action="store_true", help="no torch.compile, 3 rounds, 1 retry")
+    harness.add_noise_arguments(ap)
     ap.add_argument("--tools-venv", type=Path, default=TOOLS_VENV, help="environment of the Keras tools")
     ap.add_argument("--results", type=Path, default=RESULTS, help="JSON output")
     ap.add_argument("--out-dir", type=Path, default=FIGDIR, help="table and chart directory")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tool", help=argparse.SUPPRESS)
     ap.add_argument("--jobs", nargs="+", help=argparse.SUPPRESS)
-    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
@@ -367,6 +528,9 @@ def validate(args: argparse.Namespace) -> tuple[list[str], list[int], dict[str, 
         raise UsageError(f"--threads {' '.join(map(str, args.threads))}: each must be in 1..{cores} (usable cores)")
     if args.reps < 1 or args.warmup < 0 or args.budget <= 0:
         raise UsageError("--reps must be >= 1, --warmup >= 0 and --budget > 0")
+    if (problem := harness.noise_problem(args)) is not None:
+        raise UsageError(problem)
+    args.noise = harness.noise_from_args(args, quick=args.quick)
     tools = [t for t in args.tools if not (args.quick and t == "torch_compile")]
     return tools, threads, parse_batches(args.batch_size, args.workloads)
 
@@ -374,9 +538,8 @@ def validate(args: argparse.Namespace) -> tuple[list[str], list[int], dict[str, 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.worker:
-        jobs = [(k, int(b)) for k, _, b in (j.rpartition("=") for j in args.jobs)]
-        worker(args.tool, int(args.threads[0]), jobs, args.warmup, args.reps, args.budget, args.out)
-        return 0
+        key, _, batch = args.jobs[0].rpartition("=")
+        return serve(args.tool, int(args.threads[0]), key, int(batch), args.warmup)
     try:
         if args.quick:
             args.reps = min(args.reps, 3)
@@ -386,11 +549,11 @@ def main(argv: list[str]) -> int:
         return 2
     start = time.perf_counter()
     info = machine.describe()
-    info["cpu_busy_share_at_start"] = machine.warn_if_busy("dlbench")
     result = measure(args, tools, threads, batches)
     result["machine"] = info
     result["settings"] = {"tools": tools, "threads": threads, "batches": batches, "reps": args.reps,
                           "warmup": args.warmup, "budget_s": args.budget, "quick": args.quick,
+                          "noise_threshold_cores": args.noise.threshold, "retries": args.noise.retries,
                           "wall_s": time.perf_counter() - start}
     write_outputs(result, args.results, args.out_dir)
     print(markdown(result))

@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dlbench_workloads import (FCN5_HIDDEN, FCNR_HIDDEN, LEARNING_RATE, LSTM_HIDDEN, LSTM_LAYERS,  # noqa: E402
-                               MOMENTUM, Workload, timed_steps)
+                               MOMENTUM, Workload)
 
 TOOLS = {"tensorflow": "tensorflow", "jax": "jax"}
 """tool name -> KERAS_BACKEND."""
@@ -124,8 +125,9 @@ def synthetic_batch(w: Workload, batch: int, seed: int = 0) -> tuple[np.ndarray,
     return x, rng.integers(0, w.classes, (batch,), dtype=np.int32)
 
 
-def run(tool: str, w: Workload, batch: int, warmup: int, reps: int, budget_s: float = float("inf")) -> dict:
-    """Build and compile workload `w`, warm up (>= 1 step: tracing / XLA compilation), time `reps` steps."""
+def prepare(tool: str, w: Workload, batch: int, warmup: int) -> tuple[Callable[[], float], dict]:
+    """Build and compile workload `w`, warm up (>= 1 step: tracing / XLA compilation); returns (one
+    training step returning its loss, facts of the cell)."""
     import keras
 
     if keras.backend.backend() != TOOLS[tool]:
@@ -141,10 +143,10 @@ def run(tool: str, w: Workload, batch: int, warmup: int, reps: int, budget_s: fl
     for _ in range(max(warmup, 1)):
         model.train_on_batch(x, y)
     warmup_s = time.perf_counter() - t0
-    times, loss = timed_steps(lambda: float(np.asarray(model.train_on_batch(x, y)).reshape(-1)[0]), reps, budget_s)
     params = int(sum(np.prod(v.shape) for v in model.trainable_weights))
-    return {"params": params, "params_raw": params, "setup_s": setup_s, "warmup_s": warmup_s, "times_s": times,
-            "final_loss": loss, "jit_compile": bool(model.jit_compile)}
+    return (lambda: float(np.asarray(model.train_on_batch(x, y)).reshape(-1)[0])), {
+        "params": params, "params_raw": params, "setup_s": setup_s, "warmup_s": warmup_s,
+        "jit_compile": bool(model.jit_compile)}
 
 
 def versions(tool: str) -> dict[str, str]:

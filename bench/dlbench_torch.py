@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 from dlbench_workloads import (FCN5_HIDDEN, FCNR_HIDDEN, LEARNING_RATE, LSTM_HIDDEN, LSTM_LAYERS,  # noqa: E402
-                               MOMENTUM, Workload, redundant_lstm_bias, timed_steps)
+                               MOMENTUM, Workload, redundant_lstm_bias)
 
 TOOLS = ("torch", "torch_compile")
 
@@ -83,8 +83,9 @@ def train_step(model: nn.Module, forward: Callable[[Tensor], Tensor], opt: torch
     return loss.item()
 
 
-def run(tool: str, w: Workload, batch: int, warmup: int, reps: int, budget_s: float = float("inf")) -> dict:
-    """Build workload `w`, warm up, time `reps` steps one by one; returns the worker's row."""
+def prepare(tool: str, w: Workload, batch: int, warmup: int) -> tuple[Callable[[], float], dict]:
+    """Build workload `w`, warm up; returns (one training step returning its loss, facts of the cell:
+    parameter counts, setup and warm-up seconds)."""
     if tool not in TOOLS:
         raise ValueError(f"tool={tool!r}: must be one of {', '.join(TOOLS)}")
     torch.manual_seed(0)
@@ -98,10 +99,9 @@ def run(tool: str, w: Workload, batch: int, warmup: int, reps: int, budget_s: fl
     for _ in range(max(warmup, 1 if tool == "torch_compile" else 0)):   # compiling happens in the first step
         train_step(model, forward, opt, x, y)
     warmup_s = time.perf_counter() - t0
-    times, loss = timed_steps(lambda: train_step(model, forward, opt, x, y), reps, budget_s)
     params, raw = canonical_params(model)
-    return {"params": params, "params_raw": raw, "setup_s": setup_s, "warmup_s": warmup_s, "times_s": times,
-            "final_loss": loss}
+    return (lambda: train_step(model, forward, opt, x, y)), {"params": params, "params_raw": raw, "setup_s": setup_s,
+                                                            "warmup_s": warmup_s}
 
 
 def set_threads(tool: str, threads: int) -> None:

@@ -1,4 +1,7 @@
-"""DLBench's workloads as plain data: shapes, batch sizes and pinned parameter counts (papers.md 8).
+"""DLBench's workloads as plain data: shapes, batch sizes and pinned parameter counts.
+
+DLBench: Shi, Wang, Xu, Chu, "Benchmarking State-of-the-Art Deep Learning Software Tools",
+arXiv:1608.07249; its scripts are in hclhkbu/dlbench.
 
 Imported by the driver (`bench/dlbench.py`) and by every tool's worker, including the Keras worker
 that runs in `.venv-tools` without torch: this module imports nothing beyond the standard library.
@@ -10,8 +13,6 @@ Keras keeps one; the PyTorch worker therefore reports its count minus the redund
 """
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -28,7 +29,7 @@ class Workload:
     kind: str
     input_shape: tuple[int, ...]
     classes: int
-    paper_cpu_batch: int      # DLBench's CPU runs (papers.md 8)
+    paper_cpu_batch: int      # DLBench's CPU runs
     paper_batches: tuple[int, ...]   # every size DLBench used for it (real-data runs, per-GPU sizes for FCN-5)
     batch: int                # default here: the largest of the paper's sizes that fits the budget
     params: int               # canonical parameter count (see module docstring)
@@ -64,21 +65,3 @@ def redundant_lstm_bias(hidden: int = LSTM_HIDDEN, layers: int = LSTM_LAYERS) ->
 def dense_params(sizes: tuple[int, ...]) -> int:
     """Parameters of a chain of Linear layers with biases through `sizes` (inputs first)."""
     return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-
-
-MIN_REPS = 3
-"""Timed steps per cell even when the time budget is spent."""
-
-
-def timed_steps(step: Callable[[], float], reps: int, budget_s: float) -> tuple[list[float], float]:
-    """Time `step()` one call at a time: `reps` calls, or fewer (>= MIN_REPS, or `reps` if smaller) once
-    the timed calls have used `budget_s` seconds. Returns (seconds per call, the last call's result)."""
-    times: list[float] = []
-    result = float("nan")
-    for i in range(reps):
-        t0 = time.perf_counter()
-        result = step()
-        times.append(time.perf_counter() - t0)
-        if i + 1 >= MIN_REPS and sum(times) >= budget_s:
-            break
-    return times, result

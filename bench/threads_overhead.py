@@ -3,12 +3,18 @@
 Both variants do the same work per step: P micro-batches of forward + backward, the same
 per-rank compensation and compression, one aggregation and one SGD step. The plain loop is what a
 user would write by hand (one model, default intra-op threads, no collectives, no metrics); the
-trainer is `ssgd.trainer.Trainer.step` on a `ThreadWorld`. Variants are interleaved and the ratio
-is taken inside each repetition (this machine is noisy), then the median over repetitions.
+trainer is `ssgd.trainer.Trainer.step` on a `ThreadWorld`. The two are interleaved in rounds by
+bench/harness.py (plain block, trainer block, plain block, ...; one warm-up round; a block is `steps`
+steps, repeated inside a round until it lasts >= 0.3 s); the ratio trainer / plain is taken inside
+each round, reported as the median [min-max] over rounds (5 rounds; --quick 3). During each round
+the CPU used by other processes is measured; a round above --noise-threshold cores (default 0.2:
+the plain loop uses every core) is repeated (<= --retries, default 2; --quick 1) and a case still
+above it is marked "noisy".
 
-    .venv/bin/python bench/threads_overhead.py               # ~3 min on 2 cores
-    .venv/bin/python bench/threads_overhead.py --quick       # ~30 s
-Writes bench/results/threads_overhead.json and prints a markdown table.
+    .venv/bin/python bench/threads_overhead.py               # ~3 min on 2 quiet cores
+    .venv/bin/python bench/threads_overhead.py --quick       # P = 4, 8; 3 rounds; ~1 min
+    .venv/bin/python bench/threads_overhead.py --quick --models fnn3     # ~20 s
+Writes <--out-dir>/threads_overhead.json (default bench/results) and prints a markdown table.
 """
 from __future__ import annotations
 
@@ -16,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -28,9 +33,17 @@ from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+import harness  # noqa: E402
+from trainer_vs_peers import threads_table  # noqa: E402
 from ssgd import build  # noqa: E402
 from ssgd.compress.sparse import k_of, select_topk, sum_sparse  # noqa: E402
 from ssgd.data.loader import ShardedLoader  # noqa: E402
+
+
+CASES = (("dense", "fnn3", "mnist_embedded"), ("gtopk", "fnn3", "mnist_embedded"),
+         ("dense", "resnet20", "synthetic_cifar10"))
+MODELS = ("fnn3", "resnet20")
 
 
 def config(compressor: str, model: str, dataset: str, P: int, threads: int | None):
@@ -89,7 +102,12 @@ def time_steps(step, steps: int) -> float:
     return (time.perf_counter() - t) / steps
 
 
-def measure(compressor: str, model: str, dataset: str, P: int, reps: int, steps: int) -> dict:
+def measure(compressor: str, model: str, dataset: str, P: int, reps: int, steps: int,
+            noise: harness.Noise | None = None) -> dict:
+    """Interleaved rounds of `steps` plain-loop steps and `steps` trainer steps; returns the row:
+    medians over rounds (ms per step), the per-round ratio trainer / plain (median, min, max) and the
+    harness series (noise)."""
+    noise = noise or harness.Noise()
     cores = torch.get_num_threads()
     cfg = config(compressor, model, dataset, P, None)
     trainer, writer, world = build.trainer(cfg, Path(tempfile.mkdtemp(prefix="ssgd-bench-")))
@@ -98,60 +116,61 @@ def measure(compressor: str, model: str, dataset: str, P: int, reps: int, steps:
     trainer.loader.set_epoch(0)
     density = cfg.compressor.density
 
-    def plain_step(i: int) -> None:
-        plain.step(i)
-
-    def trainer_step(i: int) -> None:
-        trainer.step(i, density)
-
     # the plain loop runs with the default intra-op threads, the trainer's main thread with 1
     # (set once per timed block: changing it every step costs more than an FNN step)
-    nthreads = {"plain_step": cores, "trainer_step": 1}
-    ratios, t_plain, t_trainer = [], [], []
-    for rep in range(reps + 1):              # repetition 0 is a warm-up
-        order = [(plain_step, t_plain), (trainer_step, t_trainer)][:: 1 if rep % 2 == 0 else -1]
-        times = {}
-        for fn, sink in order:
-            torch.set_num_threads(nthreads[fn.__name__])
-            times[fn.__name__] = time_steps(fn, steps)
-            if rep:
-                sink.append(times[fn.__name__])
-        if not rep:
-            continue
-        ratios.append(times["trainer_step"] / times["plain_step"])
+    def block(step, threads: int):
+        def run() -> float:
+            torch.set_num_threads(threads)
+            return time_steps(step, steps)
+        return run
+
+    series = harness.interleaved([("plain", block(plain.step, cores)),
+                                  ("trainer", block(lambda i: trainer.step(i, density), 1))],
+                                 reps, threshold=noise.threshold, retries=noise.retries, warmup=1,
+                                 min_round_s=noise.min_round_s)
     world.close()
     writer.close()
     torch.set_num_threads(cores)
-    return {"compressor": compressor, "model": model, "P": P, "threads": world.K,
-            "plain_ms": 1e3 * statistics.median(t_plain), "trainer_ms": 1e3 * statistics.median(t_trainer),
-            "ratio": statistics.median(ratios)}
+    ratio = series.ratio("trainer", "plain")
+    return {"compressor": compressor, "model": model, "P": P, "threads": world.K, "steps_per_block": steps,
+            "plain_ms": 1e3 * series.median("plain"), "trainer_ms": 1e3 * series.median("trainer"),
+            "ratio": ratio.median, "ratio_spread": ratio.to_json(), "noisy": series.noisy,
+            "series": series.to_json()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer cases and repetitions")
-    args = ap.parse_args()
-    cases = [("dense", "fnn3", "mnist_embedded"), ("gtopk", "fnn3", "mnist_embedded"),
-             ("dense", "resnet20", "synthetic_cifar10")]
+    ap.add_argument("--quick", action="store_true", help="P = 4, 8 only, 3 rounds, 1 retry")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), help=f"of {', '.join(MODELS)}")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results", help="results folder")
+    harness.add_noise_arguments(ap)
+    args = ap.parse_args(argv)
+    problem = harness.noise_problem(args)
+    if bad := [m for m in args.models if m not in MODELS]:
+        problem = f"--models {' '.join(bad)}: not among {', '.join(MODELS)}"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    noise = harness.noise_from_args(args, quick=args.quick)
+    cases = [c for c in CASES if c[1] in args.models]
     Ps = [4, 8] if args.quick else [4, 8, 32]
     reps, steps = (3, 5) if args.quick else (5, 10)
     rows = []
     for compressor, model, dataset in cases:
         for P in Ps:
-            if model == "resnet20" and P > 8 and args.quick:
-                continue
             n = steps if model == "fnn3" else 2
-            rows.append(measure(compressor, model, dataset, P, reps, n))
-            r = rows[-1]
-            print(f"| {r['model']} | {r['compressor']} | {r['P']} | {r['threads']} | {r['plain_ms']:.1f} | "
-                  f"{r['trainer_ms']:.1f} | {r['ratio']:.2f} |", flush=True)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
+            print(f"[threads] {model} {compressor} P={P} ...", file=sys.stderr, flush=True)
+            rows.append(measure(compressor, model, dataset, P, reps, n, noise))
+            print(threads_table(rows[-1:])[-1], file=sys.stderr, flush=True)
+    print("\n".join(threads_table(rows)))
+    print(harness.describe_method(noise.threshold, noise.retries))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__}
-    (out / "threads_overhead.json").write_text(json.dumps({"machine": meta, "rows": rows}, indent=2) + "\n")
+    (args.out_dir / "threads_overhead.json").write_text(json.dumps(
+        {"machine": meta, "settings": {"quick": args.quick, "rounds": reps, "noise_threshold_cores": noise.threshold,
+                                       "retries": noise.retries}, "rows": rows}, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    print("| model | scheme | P | pool threads | plain loop ms/step | trainer ms/step | ratio |")
-    print("|---|---|---|---|---|---|---|")
-    main()
+    sys.exit(main())

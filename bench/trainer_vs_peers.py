@@ -1,7 +1,11 @@
 """Our trainer against what a user would otherwise write, side by side in one run, as ratios.
 
-Three comparisons, each interleaved (variants alternate inside every repetition, and the ratio is
-taken inside the repetition, then the median over repetitions: this machine is noisy):
+Three comparisons, each interleaved in rounds by bench/harness.py (every variant once per round, in
+turn; the ratio is taken inside each round, then the median [min-max] over rounds). During each round
+the CPU used by processes outside this benchmark (driver, mpiexec, ranks) is measured; a round above
+--noise-threshold cores (default 0.2) is repeated (<= --retries, default 2; --quick 1) and a case
+still above it is marked "noisy" in every table. Rounds: --reps (default 5; --quick 3), after one
+warm-up round.
 
 1. **threads backend vs a plain loop** (`bench/threads_overhead.py`, imported): `Trainer.step` on a
    `ThreadWorld` of P virtual workers against a single-process loop doing the same P micro-batches
@@ -12,7 +16,8 @@ taken inside the repetition, then the median over repetitions: this machine is n
    `torch.nn.parallel.DistributedDataParallel` on a gloo process group (bucketed allreduce
    overlapped with the backward pass), the same model, initial weights, per-worker batch (32), data
    shards and SGD settings, in the same processes (the gloo group rendezvouses over 127.0.0.1).
-   Time per step = the slowest rank's wall time over a block of steps between two barriers / steps.
+   Time per step = the slowest rank's wall time over a block of steps between two barriers / steps
+   (blocks repeated inside a round until it lasts >= 0.3 s).
    Goal: ssgd dense / DDP <= 1.
 3. **sparse schemes vs dense** at the same P: the same `Trainer.step` with topk, gtopk, gaussiank,
    randomk (density 0.001, the steady-state value) against dense.
@@ -20,19 +25,20 @@ taken inside the repetition, then the median over repetitions: this machine is n
 Models: FNN-3 on the embedded MNIST digits and ResNet-20 on synthetic CIFAR-10 (compute-bound).
 
     .venv/bin/python bench/trainer_vs_peers.py            # ~3 min on 2 cores
-    .venv/bin/python bench/trainer_vs_peers.py --quick    # ~1 min
+    .venv/bin/python bench/trainer_vs_peers.py --quick    # ~1.5 min
+    .venv/bin/python bench/trainer_vs_peers.py --quick --P 2 --models fnn3 --schemes dense topk   # ~30 s
     .venv/bin/python bench/trainer_vs_peers.py --parts mpi --P 2 4 --reps 5
 
-Writes bench/results/trainer_vs_peers.json (every block's times, per-part breakdown of our step,
-machine) and bench/results/trainer_vs_peers.md. The driver never initialises MPI: it starts
+Writes <--out-dir>/trainer_vs_peers.json (every round's times and noise, per-part breakdown of our
+step, machine) and <--out-dir>/trainer_vs_peers.md (default bench/results). The driver never initialises MPI: it starts
 `mpiexec -n P python -m mpi4py bench/trainer_vs_peers.py --mpi-worker ...` (under a timeout).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
 import machine_info as machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -138,8 +145,8 @@ class DDP:
         pass
 
 
-def mpi_worker(out: Path, port: int, models: list[str], schemes: list[str], reps: int, quick: bool) -> None:
-    """Every rank builds every variant, then times blocks of steps, variants in rotating order."""
+def mpi_worker(args: argparse.Namespace) -> None:
+    """Every rank builds every variant, then runs interleaved rounds of blocks of steps (bench/harness.py)."""
     import torch
     import torch.distributed as dist
     from mpi4py import MPI
@@ -147,44 +154,51 @@ def mpi_worker(out: Path, port: int, models: list[str], schemes: list[str], reps
     comm = MPI.COMM_WORLD
     rank, P = comm.Get_rank(), comm.Get_size()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=P)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=P)
+    share, meter = harness.MPIShare(comm), harness.mpi_meter(comm, args.tree_root)
+    noise = harness.noise_from_args(args, quick=args.quick)
     rows = []
     with tempfile.TemporaryDirectory(prefix=f"ssgd-peers-{rank}-") as tmp:
-        for model in models:
+        for model in args.models:
             dataset, batch, steps, quick_steps = CASES[model]
-            steps = quick_steps if quick else steps
+            steps = quick_steps if args.quick else steps
             base = [f"model={model}", f"dataset={dataset}", f"trainer.batch_size={batch}", "backend=mpi",
                     f"cluster.world_size={P}", "wandb.mode=disabled", "trainer.progress=false"]
-            runners: dict = {f"ssgd_{c}": Ours(compose(base + [f"compressor={c}"]), Path(tmp) / c) for c in schemes}
+            runners: dict = {f"ssgd_{c}": Ours(compose(base + [f"compressor={c}"]), Path(tmp) / c)
+                             for c in args.schemes}
             runners["ddp"] = DDP(compose(base + ["compressor=dense"]), rank, P)
-            names = list(runners)
-            times: dict[str, list[float]] = {n: [] for n in names}
-            for rep in range(reps + 1):                        # repetition 0 warms up every variant
-                shift = rep % len(names)
-                for name in names[shift:] + names[:shift]:
+
+            def block(runner):
+                def run() -> float:
                     comm.Barrier()
                     t0 = time.perf_counter()
                     for _ in range(steps):
-                        runners[name].step()
+                        runner.step()
                     comm.Barrier()
-                    per_step = comm.allreduce((time.perf_counter() - t0) / steps, op=MPI.MAX)
-                    if rep:
-                        times[name].append(per_step)
+                    return (time.perf_counter() - t0) / steps
+                return run
+
+            def progress(r: harness.Round) -> None:
                 if rank == 0:
-                    print(f"[peers] P={P} {model} rep {rep}/{reps}: " + ", ".join(
-                        f"{n} {1e3 * times[n][-1]:.1f} ms" for n in names if times[n]), file=sys.stderr, flush=True)
+                    print(f"[peers] P={P} {model} round {r.index + 1}/{args.reps}: " + ", ".join(
+                        f"{n} {1e3 * t:.1f} ms" for n, t in r.times.items()) + f"; other CPU "
+                        + ("unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores")
+                        + (" NOISY" if r.noisy else ""), file=sys.stderr, flush=True)
+
+            series = harness.interleaved([(n, block(r)) for n, r in runners.items()], args.reps,
+                                         threshold=noise.threshold, retries=noise.retries, warmup=1,
+                                         min_round_s=noise.min_round_s, meter=meter, share=share, on_round=progress)
             parts = {n: {k: v / r.steps for k, v in r.parts.items()} for n, r in runners.items() if isinstance(r, Ours)}
             parts = comm.gather(parts, root=0)
             for r in runners.values():
                 r.close()
             if rank == 0:
                 rows.append({"P": P, "model": model, "dataset": dataset, "batch_per_worker": batch,
-                             "steps_per_block": steps, "times_s": times,
-                             "ssgd_parts_by_rank": parts})
+                             "steps_per_block": steps, "series": series.to_json(), "ssgd_parts_by_rank": parts})
     dist.destroy_process_group()
     if rank == 0:
-        out.write_text(json.dumps({"rows": rows, "torch": torch.__version__,
-                                   "mpi_library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0]}) + "\n")
+        Path(args.out).write_text(json.dumps({"rows": rows, "torch": torch.__version__, "mpi_library":
+                                              MPI.Get_library_version().strip("\x00 \n").splitlines()[0]}) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,11 +210,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def median_ratio(a: list[float], b: list[float]) -> float:
-    """Median over repetitions of a[i] / b[i] (the two were measured in the same repetition)."""
-    return statistics.median(x / y for x, y in zip(a, b))
-
-
 def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
     from ssgd.launch import mpiexec_path, worker_env
 
@@ -208,7 +217,9 @@ def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
         out = Path(tmp) / "rows.json"
         argv = [mpiexec_path(), "-n", str(P), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
                 "--mpi-worker", "--out", str(out), "--port", str(free_port()), "--models", *args.models,
-                "--schemes", *args.schemes, "--reps", str(args.reps)] + (["--quick"] if args.quick else [])
+                "--schemes", *args.schemes, "--reps", str(args.reps), "--tree-root", str(os.getpid()),
+                "--noise-threshold", repr(args.noise_threshold), "--retries", str(args.retries),
+                "--min-round-s", repr(args.min_round_s)] + (["--quick"] if args.quick else [])
         print(f"[peers] mpiexec -n {P}: {', '.join(args.models)} x ({', '.join(args.schemes)}, ddp)",
               file=sys.stderr, flush=True)
         try:
@@ -223,12 +234,13 @@ def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
         job = json.loads(out.read_text())
     rows = job["rows"]
     for row in rows:
-        t = row["times_s"]
+        s = harness.Series.from_json(row["series"])
         row["mpi_library"] = job["mpi_library"]
-        row["median_ms"] = {n: 1e3 * statistics.median(v) for n, v in t.items()}
-        row["ssgd_dense_over_ddp"] = median_ratio(t["ssgd_dense"], t["ddp"]) if "ssgd_dense" in t else None
-        row["scheme_over_dense"] = {n: median_ratio(v, t["ssgd_dense"]) for n, v in t.items()
-                                    if n.startswith("ssgd_") and n != "ssgd_dense" and "ssgd_dense" in t}
+        row["noisy"] = s.noisy
+        row["median_ms"] = {n: 1e3 * s.median(n) for n in s.names}
+        row["ssgd_dense_over_ddp"] = s.ratio("ssgd_dense", "ddp").to_json() if "ssgd_dense" in s.names else None
+        row["scheme_over_dense"] = {n: s.ratio(n, "ssgd_dense").to_json() for n in s.names
+                                    if n.startswith("ssgd_") and n != "ssgd_dense" and "ssgd_dense" in s.names}
         row["ssgd_parts_ms_rank0"] = {n: {k.removeprefix("time/").removesuffix("_s"): 1e3 * v for k, v in p.items()}
                                       for n, p in row["ssgd_parts_by_rank"][0].items()}
     return rows
@@ -237,7 +249,8 @@ def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
 def run_threads(args: argparse.Namespace) -> list[dict]:
     import threads_overhead
 
-    reps, fnn_steps = (3, 5) if args.quick else (args.reps, 10)
+    noise = harness.noise_from_args(args, quick=args.quick)
+    reps, fnn_steps = args.reps, (5 if args.quick else 10)        # --quick has already capped reps at 3
     rows = []
     for compressor, model, dataset in THREAD_CASES:
         if model not in args.models:
@@ -245,43 +258,59 @@ def run_threads(args: argparse.Namespace) -> list[dict]:
         for P in args.P:
             steps = fnn_steps if model == "fnn3" else 2
             print(f"[peers] threads: {model} {compressor} P={P} ...", file=sys.stderr, flush=True)
-            rows.append(threads_overhead.measure(compressor, model, dataset, P, reps, steps))
+            rows.append(threads_overhead.measure(compressor, model, dataset, P, reps, steps, noise))
     return rows
 
 
 def threads_table(rows: list[dict]) -> list[str]:
-    """Markdown rows of `threads_overhead.measure` results."""
-    out = ["| model | scheme | P | plain loop ms/step | trainer ms/step | trainer / plain |",
-           "|---|---|---|---|---|---|"]
-    return out + [f"| {r['model']} | {r['compressor']} | {r['P']} | {r['plain_ms']:.1f} | {r['trainer_ms']:.1f} "
-                  f"| {r['ratio']:.2f} |" for r in rows]
+    """Markdown rows of `threads_overhead.measure` results; every number of a noisy case carries the mark."""
+    out = ["| model | scheme | P | plain loop ms/step | trainer ms/step | trainer / plain, median [min-max] "
+           f"| {harness.NOISE_COLUMN} |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        noisy = r["noisy"]
+        out.append(f"| {r['model']} | {r['compressor']} | {r['P']} | {harness.time_cell(r['plain_ms'] / 1e3, noisy)} "
+                   f"| {harness.time_cell(r['trainer_ms'] / 1e3, noisy)} "
+                   f"| {harness.ratio_cell(r['ratio_spread'], noisy, digits=2)} | {harness.noise_cell(r['series'])} |")
+    return out
 
 
 def markdown(result: dict) -> str:
     lines = [f"Measured on {machine.one_line(result['machine'])}.", ""]
+    settings = result.get("settings", {})
+    lines += [harness.describe_method(settings.get("noise_threshold_cores", harness.DEFAULT_THRESHOLD_CORES),
+                                      settings.get("retries", harness.DEFAULT_RETRIES)), ""]
     if result["threads"]:
         lines += ["Threads backend vs a plain single-process loop (same P micro-batches and compression; "
-                  f"goal <= {OVERHEAD_GOAL:.2f}):", "", *threads_table(result["threads"]), ""]
+                  f"goal <= {OVERHEAD_GOAL:.2f}; {harness.settings_line(result['threads'][0]['series'])}):", "",
+                  *threads_table(result["threads"]), ""]
     mpi = result["mpi"]
     if mpi:
         lines += ["MPI backend, dense, vs DistributedDataParallel (gloo), 1 thread per rank "
-                  f"(goal <= {DDP_GOAL:.2f}):", "",
-                  "| model | P | DDP ms/step | ssgd dense ms/step | ssgd dense / DDP "
-                  "| ssgd parts ms: compute / comm / update |", "|---|---|---|---|---|---|"]
+                  f"(goal <= {DDP_GOAL:.2f}; {harness.settings_line(mpi[0]['series'])}):", "",
+                  "| model | P | DDP ms/step | ssgd dense ms/step | ssgd dense / DDP, median [min-max] "
+                  f"| ssgd parts ms: compute / comm / update | {harness.NOISE_COLUMN} |",
+                  "|---|---|---|---|---|---|---|"]
         for r in mpi:
             p = r["ssgd_parts_ms_rank0"].get("ssgd_dense", {})
-            ms = r["median_ms"]
-            lines.append(f"| {r['model']} | {r['P']} | {ms['ddp']:.1f} | {ms['ssgd_dense']:.1f} | "
-                         f"{r['ssgd_dense_over_ddp']:.2f} | {p.get('compute', 0):.1f} / {p.get('comm', 0):.1f} / "
-                         f"{p.get('update', 0):.1f} |")
+            ms, noisy = r["median_ms"], r["noisy"]
+            lines.append(f"| {r['model']} | {r['P']} | {harness.time_cell(ms['ddp'] / 1e3, noisy)} "
+                         f"| {harness.time_cell(ms['ssgd_dense'] / 1e3, noisy)} "
+                         f"| {harness.ratio_cell(r['ssgd_dense_over_ddp'], noisy, digits=2)} "
+                         f"| {p.get('compute', 0):.1f} / {p.get('comm', 0):.1f} / {p.get('update', 0):.1f}"
+                         f"{harness.mark(noisy)} | {harness.noise_cell(r['series'])} |")
         schemes = [n for n in mpi[0]["scheme_over_dense"]]
         if schemes:
-            lines += ["", "Sparse schemes vs dense, same trainer, same P (step time ratio; density 0.001):", "",
-                      "| model | P | dense ms/step | " + " | ".join(s.removeprefix("ssgd_") for s in schemes) + " |",
-                      "|---|---|---|" + "---|" * len(schemes)]
+            lines += ["", "Sparse schemes vs dense, same trainer, same P (step time ratio per round, median "
+                      "[min-max]; ms in brackets; density 0.001):", "",
+                      "| model | P | dense ms/step | " + " | ".join(s.removeprefix("ssgd_") for s in schemes)
+                      + f" | {harness.NOISE_COLUMN} |", "|---|---|---|" + "---|" * (len(schemes) + 1)]
             for r in mpi:
-                lines.append(f"| {r['model']} | {r['P']} | {r['median_ms']['ssgd_dense']:.1f} | " + " | ".join(
-                    f"{r['scheme_over_dense'][s]:.2f} ({r['median_ms'][s]:.1f} ms)" for s in schemes) + " |")
+                noisy = r["noisy"]
+                dense = harness.time_cell(r["median_ms"]["ssgd_dense"] / 1e3, noisy)
+                lines.append(f"| {r['model']} | {r['P']} | {dense} | "
+                             + " | ".join(f"{harness.ratio_cell(r['scheme_over_dense'][s], noisy, digits=2)} "
+                                          f"({r['median_ms'][s]:.1f} ms)" for s in schemes)
+                             + f" | {harness.noise_cell(r['series'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -291,11 +320,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--P", nargs="+", type=int, default=[2, 4], help="worker counts (default 2 4)")
     ap.add_argument("--models", nargs="+", default=list(CASES), help=f"of {', '.join(CASES)}")
     ap.add_argument("--schemes", nargs="+", default=list(SCHEMES), help=f"of {', '.join(SCHEMES)} (dense always runs)")
-    ap.add_argument("--reps", type=int, default=5, help="timed repetitions after one warm-up (default 5)")
-    ap.add_argument("--quick", action="store_true", help="3 repetitions, shorter blocks")
-    ap.add_argument("--out", type=Path, help="JSON output (default bench/results/trainer_vs_peers.json)")
+    ap.add_argument("--reps", type=int, default=5, help="interleaved rounds after one warm-up round (default 5)")
+    ap.add_argument("--quick", action="store_true", help="3 rounds, shorter blocks, 1 retry")
+    harness.add_noise_arguments(ap)
+    ap.add_argument("--out-dir", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    ap.add_argument("--out", type=Path, help="JSON output (default <out-dir>/trainer_vs_peers.json)")
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tree-root", type=int, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
@@ -307,6 +339,8 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {bad[0]}: not one of {', '.join(allowed)}")
     if any(P < 1 for P in args.P) or args.reps < 1:
         raise UsageError("--P values and --reps must be >= 1")
+    if (problem := harness.noise_problem(args)) is not None:
+        raise UsageError(problem)
     if "dense" not in args.schemes:
         args.schemes = ["dense", *args.schemes]
 
@@ -314,7 +348,7 @@ def validate(args: argparse.Namespace) -> None:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.mpi_worker:
-        mpi_worker(args.out, args.port, args.models, args.schemes, args.reps, args.quick)
+        mpi_worker(args)
         return 0
     try:
         validate(args)
@@ -323,15 +357,17 @@ def main(argv: list[str]) -> int:
         return 2
     if args.quick:
         args.reps = min(args.reps, 3)
+    args.retries = harness.noise_from_args(args, quick=args.quick).retries
     start = time.perf_counter()
     info = machine.describe()
-    info["cpu_busy_share_at_start"] = machine.warn_if_busy("peers")
     result = {"machine": info, "settings": {"P": args.P, "models": args.models, "schemes": args.schemes,
-                                                          "reps": args.reps, "quick": args.quick}}
+                                            "reps": args.reps, "quick": args.quick, "retries": args.retries,
+                                            "noise_threshold_cores": args.noise_threshold,
+                                            "min_round_s": args.min_round_s}}
     result["threads"] = run_threads(args) if "threads" in args.parts else []
     result["mpi"] = [row for P in args.P for row in run_mpi(P, args)] if "mpi" in args.parts else []
     result["settings"]["wall_s"] = time.perf_counter() - start
-    out = args.out or RESULTS / "trainer_vs_peers.json"
+    out = args.out or args.out_dir / "trainer_vs_peers.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     table = markdown(result)

@@ -1,15 +1,21 @@
-"""The benchmark harnesses run (not how fast): bench/dlbench.py, bench/trainer_vs_peers.py, bench/summary.py.
+"""The benchmark harness and the benchmarks that use it run (never how fast).
 
-Each workload runs one tiny iteration through the real driver (a worker subprocess per tool and
-thread count); parameter counts are pinned, so a model definition that drifts from DLBench's, or
-differs between tools, fails here. Timings are never asserted.
+bench/harness.py: interleaving order, retries of noisy rounds, ratio / spread arithmetic, the
+/proc/stat accounting of other processes' CPU (a busy process outside the tree makes a measurement
+noisy; a child's CPU counts as the benchmark's own), and that every rendered table marks the
+numbers of a noisy measurement. bench/dlbench.py, bench/trainer_vs_peers.py, bench/comm.py,
+bench/threads_overhead.py, bench/summary.py: each runs end to end on tiny settings; DLBench parameter
+counts are pinned, so a model definition that drifts from DLBench's, or differs between tools, fails
+here. Timings of the code under benchmark are never asserted.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,12 +26,18 @@ TOOLS_PY = ROOT / ".venv-tools" / "bin" / "python"
 
 
 def load(name: str):
+    """Import bench/<name>.py under its own name (the bench scripts import their siblings so)."""
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
+sys.path.insert(0, str(BENCH))      # the bench scripts import their siblings
+harness = load("harness")
 dlbench = load("dlbench")
 workloads = load("dlbench_workloads")
 
@@ -40,7 +52,7 @@ def run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProc
 def test_parameter_counts_are_pinned_and_derived():
     assert {k: w.params for k, w in workloads.WORKLOADS.items()} == PINNED
     assert workloads.dense_params((26752, 2048, 2048, 2048, 26752)) == PINNED["fcn5"]
-    assert workloads.dense_params((784, 2048, 4096, 1024, 10)) == PINNED["fcnr"]   # papers.md 8: "14.2M"
+    assert workloads.dense_params((784, 2048, 4096, 1024, 10)) == PINNED["fcnr"]   # DLBench: "14.2M" (FCN-R)
     emb, lstm, dec = 10000 * 256, 2 * 4 * (256 * 512 + 256), 256 * 10000 + 10000
     assert emb + lstm + dec == PINNED["lstm"]
 
@@ -64,6 +76,9 @@ def test_each_workload_runs_one_tiny_iteration(tmp_path):
         assert r["tool"] == "torch" and r["threads"] == 1 and r["batch"] == 2 and r["reps"] == 1, key
         assert r["params"] == PINNED[key] and r["params_ok"], key
         assert r["median_s"] > 0 and r["q1_s"] <= r["median_s"] <= r["q3_s"], key
+        assert r["noisy"] in (True, False, None) and r["group"] >= 0, key
+    assert [g["cells"] for g in result["groups"]] == [["torch@1"]] * len(PINNED)   # one group per workload
+    assert all(len(g["series"]["rounds"]) == 1 for g in result["groups"])
     assert result["machine"]["cpu"] and result["machine"]["usable_cores"] >= 1
     assert result["machine"]["packages"]["torch"]
     assert result["settings"]["threads"] == [1] and result["settings"]["batches"] == {k: 2 for k in PINNED}
@@ -135,7 +150,11 @@ def test_markdown_table_marks_a_parameter_mismatch():
                           "packages": {}}}
     assert row["median_s"] == 0.2 and row["params_ok"] is False
     table = dlbench.markdown(result)
-    assert "| LSTM | 32 | 2 | 200 (150-250) (params!) |" in table
+    assert "| LSTM | 32 | 2 | 200 (150-250) (params!) (unmeasured) | unmeasured |" in table   # no noise measured
+    row.update(noisy=True, other_cores_max=0.75)
+    assert "| LSTM | 32 | 2 | 200 (150-250) (params!) (noisy) | 0.75 (noisy) |" in dlbench.markdown(result)
+    row.update(noisy=False, other_cores_max=0.05)
+    assert "| LSTM | 32 | 2 | 200 (150-250) (params!) | 0.05 |" in dlbench.markdown(result)
     assert "Skipped tensorflow: absent" in table
 
 
@@ -148,18 +167,286 @@ def test_trainer_vs_peers_runs_both_parts(tmp_path):
     result = json.loads(out.read_text())
     assert [(r["compressor"], r["P"]) for r in result["threads"]] == [("dense", 2), ("gtopk", 2)]   # the fnn3 cases
     assert all(r["ratio"] > 0 for r in result["threads"])
+    assert all(r["noisy"] in (True, False, None) and len(r["series"]["rounds"]) == 1 for r in result["threads"])
     (row,) = result["mpi"]
     assert row["P"] == 2 and row["model"] == "fnn3"
-    assert set(row["times_s"]) == {"ssgd_dense", "ssgd_topk", "ddp"}
-    assert all(len(v) == 1 for v in row["times_s"].values())
-    assert row["ssgd_dense_over_ddp"] > 0 and set(row["scheme_over_dense"]) == {"ssgd_topk"}
+    assert row["series"]["names"] == ["ssgd_dense", "ssgd_topk", "ddp"] and len(row["series"]["rounds"]) == 1
+    assert row["ssgd_dense_over_ddp"]["median"] > 0 and set(row["scheme_over_dense"]) == {"ssgd_topk"}
+    assert row["series"]["rounds"][0]["other_cores"] is not None          # rank 0 measured the job's noise
     assert {"compute", "comm", "update", "step"} <= set(row["ssgd_parts_ms_rank0"]["ssgd_dense"])
     assert "ssgd dense / DDP" in out.with_suffix(".md").read_text()
 
 
 def test_summary_reads_what_exists(tmp_path):
     summary = load("summary")
-    text = summary.summary(wall_s=90.0)
+    text = summary.summary(wall_s=90.0, results=tmp_path)
     assert text.startswith("# Benchmark summary") and "1.5 min" in text
     for section in ("bench-dlbench", "bench-trainer", "bench-threads", "bench-comm", "fig-selection"):
-        assert f"(`make {section}`)" in text
+        assert f"(`make {section}`)" in text and f"not run (`make {section}`)" in text
+    (tmp_path / "comm.json").write_text(json.dumps({"rows": [{"P": 2, "time_per_call_s": 0.001}]}))   # older format
+    text = summary.summary(wall_s=None, results=tmp_path)
+    assert "comm.json has no noise measurements (an older run): not shown" in text and "0.001" not in text
+
+
+# ----------------------------------------------------------------------------------------------
+# bench/harness.py
+# ----------------------------------------------------------------------------------------------
+class ScriptedMeter:
+    """A meter whose other-CPU readings are given in advance (one per attempted round)."""
+
+    def __init__(self, others):
+        self.others = list(others)
+
+    def start(self):
+        pass
+
+    def stop(self):
+        return harness.Interval(1.0, 1.0, 0.0, self.others.pop(0))
+
+
+def scripted(log, name, times):
+    """An item that logs its name and returns the next of `times` (seconds)."""
+    times = list(times)
+
+    def call():
+        log.append(name)
+        return times.pop(0)
+    return call
+
+
+def test_rounds_interleave_the_items_in_order():
+    log = []
+    items = [(n, scripted(log, n, [0.1] * 10)) for n in "ABC"]
+    series = harness.interleaved(items, 2, warmup=1, meter=ScriptedMeter([0.0, 0.0]))
+    assert log == list("ABC") * 3                                   # warm-up round, then two rounds
+    assert series.names == list("ABC") and len(series.rounds) == 2 and series.inner == 1
+    log.clear()
+    # warm-up round 0.3 s; rounds of >= 0.85 s -> 3 calls of each item per round, still A B C A B C ...
+    series = harness.interleaved([(n, scripted(log, n, [0.1] * 10)) for n in "ABC"], 1, warmup=1, min_round_s=0.85,
+                                 meter=ScriptedMeter([0.0]))
+    assert series.inner == 3 and log == list("ABC") * 4
+
+
+def test_a_noisy_round_is_repeated_then_marked():
+    log = []
+    items = [(n, scripted(log, n, [1.0] * 20)) for n in "AB"]
+    series = harness.interleaved(items, 2, threshold=0.2, retries=2, warmup=0,
+                                 meter=ScriptedMeter([0.5, 0.1, 0.9, 0.3, 0.25]))
+    assert log == list("AB") * 5                                    # 2 attempts, then 3 (all noisy)
+    first, second = series.rounds
+    assert (first.attempts, first.noisy, first.other_cores) == (2, False, 0.1)
+    assert (second.attempts, second.noisy, second.other_cores) == (3, True, 0.25)
+    assert second.attempts_other_cores == [0.9, 0.3, 0.25]
+    d = series.to_json()
+    assert series.noisy is True and d["noisy"] is True
+    assert (d["repeated_rounds"], d["noisy_rounds"], d["other_cores_max"]) == (3, 1, 0.25)
+    assert harness.noise_cell(d) == "0.25 (3 repeated, noisy: 1/2 rounds > 0.2)"
+    quiet = harness.interleaved(items[:1], 1, warmup=0, meter=ScriptedMeter([0.2]), threshold=0.2)
+    assert quiet.noisy is False and quiet.rounds[0].attempts == 1  # at the threshold is not above it
+    blind = harness.interleaved(items[:1], 1, warmup=0, meter=harness.NullMeter())
+    assert blind.noisy is None and harness.noise_cell(blind) == "unmeasured"
+
+
+def test_ratios_are_taken_inside_rounds_and_summarised_over_rounds():
+    log = []
+    a = [2.0, 4.0, 6.0, 8.0, 10.0]
+    b = [1.0, 1.0, 2.0, 2.0, 5.0]                                   # per-round a / b: 2, 4, 3, 4, 2
+    series = harness.interleaved([("a", scripted(log, "a", a)), ("b", scripted(log, "b", b))], 5, warmup=0,
+                                 meter=ScriptedMeter([0.0] * 5))
+    r = series.ratio("a", "b")
+    assert (r.median, r.lo, r.hi, r.q1, r.q3, r.n) == (3.0, 2.0, 4.0, 2.0, 4.0, 5)
+    assert series.median("a") == 6.0 and series.spread("b").hi == 5.0
+    assert harness.ratio_cell(r, False) == "3 [2-4]"
+    assert harness.ratio_cell(r.to_json(), True) == "3 [2-4] (noisy)"
+    assert harness.Series.from_json(json.loads(json.dumps(series.to_json()))).ratio("a", "b") == r
+    # the time of an item in a round is the median of its calls in that round
+    inner = harness.interleaved([("x", scripted(log, "x", [1.0, 1.0, 5.0, 3.0]))], 1, warmup=1, min_round_s=3.0,
+                                meter=ScriptedMeter([0.0]))
+    assert inner.inner == 3 and inner.values("x") == [3.0]
+    one = harness.Spread.of([7.0])
+    assert (one.median, one.lo, one.hi, one.q1, one.q3, one.n) == (7.0, 7.0, 7.0, 7.0, 7.0, 1)
+
+
+def test_mpi_share_agrees_on_the_slowest_rank_and_the_root_noise():
+    class Comm:                                   # what MPIShare needs of a communicator, for 1 rank
+        def Allreduce(self, send, recv, op):
+            recv[...] = send
+
+        def bcast(self, value, root):
+            return value
+
+    share = harness.MPIShare(Comm())
+    assert share.times([[1.0, 2.0], [3.0, 4.0]]) == [[1.0, 2.0], [3.0, 4.0]] and share.other(0.3) == 0.3
+
+
+BUSY = """
+import sys, time
+t0 = time.time()
+while time.process_time() < {cpu} and time.time() - t0 < 10:
+    pass
+print(time.process_time())
+"""
+
+
+def test_a_child_process_cpu_counts_as_the_benchmark_own():
+    meter = harness.NoiseMeter()
+    meter.start()
+    child = subprocess.run([sys.executable, "-c", BUSY.format(cpu=0.5)], capture_output=True, text=True, timeout=60)
+    interval = meter.stop()
+    child_cpu = float(child.stdout)
+    own = interval.own_cores * interval.wall_s
+    assert child_cpu - 0.05 <= own <= child_cpu + 0.5           # the child's CPU (plus Python start-up, ours)
+    assert interval.busy_cores * interval.wall_s >= own - 0.05   # the machine was at least that busy
+
+
+def test_a_process_outside_the_tree_makes_a_measurement_noisy(tmp_path):
+    pidfile = tmp_path / "pid"
+    # started through a shell that exits at once: the busy process is re-parented away from this tree
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" > /dev/null 2>&1 & echo $! > "{pidfile}"',
+                    BUSY.format(cpu=1.5)], check=True, timeout=30)
+    pid = int(pidfile.read_text())
+    try:
+        time.sleep(0.2)
+        assert pid not in harness.tree_pids(os.getpid())
+        before = harness.process_cpu_seconds(pid)
+        meter = harness.NoiseMeter()
+        meter.start()
+        time.sleep(0.8)
+        interval = meter.stop()
+        used = harness.process_cpu_seconds(pid) - before
+        assert used > 0.05                                        # it ran meanwhile
+        assert interval.own_cores * interval.wall_s < 0.2         # this process slept
+        assert interval.other_cores * interval.wall_s >= used - 0.1   # /proc/stat saw it as someone else's
+        log = []
+        series = harness.interleaved([("sleep", scripted(log, "sleep", [0.0] * 3))], 1, threshold=0.05, retries=1,
+                                     warmup=0, meter=SleepyMeter(harness.NoiseMeter(), 0.5))
+        assert series.noisy is True and series.rounds[0].attempts == 2
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+class SleepyMeter:
+    """A real NoiseMeter around a sleep of `seconds` (a round long enough for tick-granular counters)."""
+
+    def __init__(self, meter, seconds):
+        self.meter, self.seconds = meter, seconds
+
+    def start(self):
+        self.meter.start()
+
+    def stop(self):
+        time.sleep(self.seconds)
+        return self.meter.stop()
+
+
+def test_tree_and_process_accounting_without_proc_stat(tmp_path):
+    assert harness.machine_busy_seconds(str(tmp_path / "missing")) is None
+    assert harness.process_cpu_seconds(2**22 + 12345) == 0.0          # no such process
+    assert os.getpid() in harness.tree_pids(os.getpid())
+
+
+# ----------------------------------------------------------------------------------------------
+# every rendered table marks the numbers of a noisy measurement
+# ----------------------------------------------------------------------------------------------
+def fake_series(names, noisy, rounds=3):
+    log, fns = [], []
+    for i, n in enumerate(names):
+        fns.append((n, scripted(log, n, [0.001 * (i + 1)] * rounds)))
+    other = 0.9 if noisy else 0.05
+    return harness.interleaved(fns, rounds, threshold=0.2, retries=0, warmup=0,
+                               meter=ScriptedMeter([other] * rounds)).to_json()
+
+
+def check_marks(text, quiet_prefix, noisy_prefix, measured):
+    """Table lines starting with `noisy_prefix` carry the mark in every measured column (indices),
+    those starting with `quiet_prefix` nowhere; returns how many noisy lines were checked."""
+    quiet = [line for line in text.splitlines() if line.startswith(quiet_prefix)]
+    noisy = [line for line in text.splitlines() if line.startswith(noisy_prefix)]
+    assert quiet and noisy
+    assert all("noisy" not in line for line in quiet)
+    for line in noisy:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cols = measured(cells)
+        assert cols and all("(noisy)" in cells[i] or "noisy:" in cells[i] for i in cols), line
+    return len(noisy)
+
+
+def test_summary_marks_every_number_of_a_noisy_measurement(tmp_path):
+    comm = load("comm")
+    names = list(comm.COLLECTIVES)
+    counted = {n: {"entries_by_rank": [1, 1], "modelled_s": 1e-4, "bytes_by_rank_measured": [8, 8],
+                   "messages_by_rank_measured": [1, 1], "bytes_by_rank_modelled": [8, 8],
+                   "messages_by_rank_modelled": [1, 1]} for n in names[:4]}
+    cases = [{"P": P, "d": 2**20, "k": 1048, "density": 0.001, "counted": counted,
+              "series": fake_series(names, noisy=(P == 4))} for P in (2, 4)]
+    machine_desc = {"cpu": "X", "logical_cores": 2, "usable_cores": 2, "memory_gib": 1, "python": "3", "packages": {}}
+    (tmp_path / "comm.json").write_text(json.dumps({
+        "cases": cases, "density": 0.001, "machine": machine_desc, "network": {"cluster": "local"}, "mpi": {},
+        "noise_method": "n"}))
+    rows = []
+    for P, noisy in ((4, False), (8, True)):
+        s = fake_series(["plain", "trainer"], noisy)
+        ratio = harness.Series.from_json(s).ratio("trainer", "plain")
+        rows.append({"model": "fnn3", "compressor": "dense", "P": P, "threads": 2, "plain_ms": 1.0, "trainer_ms": 2.0,
+                     "ratio": ratio.median, "ratio_spread": ratio.to_json(), "noisy": noisy, "series": s})
+    (tmp_path / "threads_overhead.json").write_text(json.dumps({"rows": rows, "settings": {}}))
+    summary = load("summary")
+    text = summary.summary(wall_s=None, results=tmp_path)
+    assert "Noise: 2 of 4 comparisons are marked noisy" in text
+    # comm: the gTop-k table (every column after P and d: times, ratios, noise), every collective (its time)
+    checked = check_marks(text, "| 2 | 1M |", "| 4 | 1M |",
+                          lambda cells: list(range(2, 9)) if len(cells) == 9 else [3])
+    assert checked == 1 + len(names)
+    check_marks(text, "| fnn3 | dense | 4 |", "| fnn3 | dense | 8 |", lambda cells: [3, 4, 5, 6])
+
+
+
+# ----------------------------------------------------------------------------------------------
+# bench/comm.py, bench/progress.py
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_comm_measures_ours_and_released_in_the_same_rounds(tmp_path):
+    out = tmp_path / "comm.json"
+    proc = run("comm.py", "--P", "2", "--sizes", "64K", "--rounds", "2", "--retries", "0", "--min-round-s", "0",
+               "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (case,) = json.loads(out.read_text())["cases"]
+    assert (case["P"], case["d"], case["k"]) == (2, 65536, 65)
+    series = case["series"]
+    assert series["names"] == ["dense_allreduce", "topk_allgather", "gaussiank_allgather", "gtopk_allreduce",
+                               "gtopk_released", "gtopk_decode", "gtopk_released_decode"]
+    assert len(series["rounds"]) == 2 and series["rounds"][0]["other_cores"] is not None
+    assert case["counted"]["gtopk_allreduce"]["bytes_by_rank_measured"] == \
+        case["counted"]["gtopk_allreduce"]["bytes_by_rank_modelled"]
+    assert "| 2 | 65536 |" in proc.stdout and "ours / released, with decode" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rounds", "0"], "error: --rounds 0: must be >= 1\n"),
+    (["--noise-threshold", "0"], "error: --noise-threshold 0.0: must be > 0\n"),
+    (["--sizes", "lots"], "error: --sizes lots: sizes are integers, optionally with K or M (2**10, 2**20)\n"),
+])
+def test_bad_comm_arguments_are_one_line_errors(args, message, tmp_path):
+    proc = run("comm.py", *args, "--out-dir", str(tmp_path))
+    assert (proc.returncode, proc.stderr) == (2, message)
+    assert not list(tmp_path.iterdir())
+
+
+def test_progress_scales_the_remaining_estimates_by_this_runs_pace(tmp_path):
+    progress = load("progress")
+    parts = list(progress.PARTS)
+    left, pace = progress.remaining_s({}, parts)
+    assert (left, pace) == (sum(progress.PARTS.values()), 1.0)
+    done = {parts[0]: 2 * progress.PARTS[parts[0]]}               # the first part took twice its estimate
+    left, pace = progress.remaining_s(done, parts[1:])
+    assert pace == 2.0 and left == 2 * sum(progress.PARTS[p] for p in parts[1:])
+    assert progress.main(["start", str(tmp_path)]) == 0
+    assert progress.main(["next", str(tmp_path), parts[0]]) == 0
+    assert progress.main(["next", str(tmp_path), parts[1]]) == 0
+    state = json.loads((tmp_path / ".bench-progress").read_text())
+    assert list(state["done"]) == [parts[0]] and state["current"][0] == parts[1]
+    assert float((tmp_path / ".bench-start").read_text()) == state["start"]
+    assert progress.main(["next", str(tmp_path)]) == 2

@@ -1,5 +1,6 @@
 """Smoke run of paper_figs/fig_selection.py (and bench/selection.py's timing it uses) on tiny sizes."""
 import csv
+import json
 
 import pytest
 
@@ -12,7 +13,8 @@ def load_fig_selection():
 
 def test_writes_png_pdf_and_the_plotted_csv(tmp_path, capsys):
     fig = load_fig_selection()
-    assert fig.main(["--sizes", "1000", "5e3", "--reps", "1", "--devices", "cpu", "--out", str(tmp_path)]) == 0
+    assert fig.main(["--sizes", "1000", "5e3", "--reps", "1", "--devices", "cpu", "--out", str(tmp_path),
+                     "--results-dir", str(tmp_path / "results"), "--min-round-s", "0", "--retries", "0"]) == 0
     for ext in ("png", "pdf", "csv"):
         assert (tmp_path / f"fig_selection.{ext}").stat().st_size > 0
     with (tmp_path / "fig_selection.csv").open() as f:
@@ -29,19 +31,24 @@ def test_writes_png_pdf_and_the_plotted_csv(tmp_path, capsys):
             assert float(r["density_mean"]) * int(r["d"]) == pytest.approx(k)
         if r["method"] == "topk":
             assert float(r["topk_over_method"]) == 1.0
+        assert r["noisy"] in ("True", "False", "")                     # "" = unmeasured (no /proc/stat)
+        assert float(r["noise_threshold"]) == 0.2 and int(r["inner"]) == 1
+    saved = json.loads((tmp_path / "results" / "selection.json").read_text())["rows"]
+    assert len(saved) == len(rows) and {"noisy", "other_cores_max"} <= set(saved[0])
     printed = capsys.readouterr().out
-    assert "| d | topk | gaussiank |" in printed and "Achieved density / target" in printed
+    assert "| d | rounds x calls | topk | gaussiank |" in printed and "Achieved density / target" in printed
+    assert "other CPU, cores" in printed and "Noise: CPU used by processes outside this benchmark" in printed
     assert "cpu normal d=5,000" in printed                             # one progress line per size
 
 
 @pytest.mark.parametrize("flags,message", [
     (["--sizes", "0"], "--sizes"), (["--sizes", "1e3", "100.5"], "--sizes"), (["--density", "2"], "--density"),
     (["--reps", "0"], "--reps"), (["--methods", "gaussiank"], "topk"), (["--dists", "cauchy"], "--dists"),
-    (["--devices", "tpu"], "--devices")])
+    (["--devices", "tpu"], "--devices"), (["--noise-threshold", "0"], "--noise-threshold")])
 def test_bad_flags_fail_with_one_line(flags, message, tmp_path, capsys):
     fig = load_fig_selection()
     with pytest.raises(SystemExit) as err:
-        fig.main([*flags, "--out", str(tmp_path)])
+        fig.main([*flags, "--out", str(tmp_path), "--results-dir", str(tmp_path)])
     assert err.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]

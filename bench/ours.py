@@ -1,0 +1,63 @@
+"""The package's side of the gTop-k comparison, in one place: the benchmark and its test call only this.
+
+(The package's collective and payload interfaces are being reworked; when they change, this file is
+the only one in bench/ to adapt.)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def select(u: torch.Tensor, k: int) -> Any:
+    """This rank's gTop-k payload: the exact top-k of u (what compressor=gtopk sends)."""
+    from ssgd.compress.sparse import select_topk
+
+    return select_topk(u, k)
+
+
+def payload_arrays(payload: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 indices, float32 values) of a payload, for the released baseline's input."""
+    return payload.idx.numpy().astype(np.int64), payload.val.numpy().astype(np.float32)
+
+
+def gtopk() -> Any:
+    from ssgd.comm.gtopk import GTopKAllreduce
+
+    return GTopKAllreduce()
+
+
+def run(collective: Any, payload: Any, comm: Any) -> tuple[Any, Any]:
+    """One call of `collective` on this MPI rank: (result, per-rank log with byte/message counts)."""
+    from ssgd.comm.mpi import run_mpi
+
+    return run_mpi(collective, payload, comm)
+
+
+def global_set(reduced: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 indices, float32 summed values) of a sparse result (the global top-k, not yet / P)."""
+    return reduced.total.idx.numpy().astype(np.int64), reduced.total.val.numpy()
+
+
+def sent_indices(payload: Any, reduced: Any) -> np.ndarray:
+    """int64 indices of this rank's payload entries that count as sent (error feedback keeps the rest)."""
+    from ssgd.comm.base import accounted
+
+    return accounted(payload, reduced.support).idx.numpy().astype(np.int64)
+
+
+def make_params(d: int, parts: int = 8) -> list[torch.nn.Parameter]:
+    """`parts` parameters of d elements in all, as a model's (untouched memory: no page is written)."""
+    sizes = [d // parts + (1 if i < d % parts else 0) for i in range(parts)]
+    return [torch.nn.Parameter(torch.empty(n)) for n in sizes if n]
+
+
+def decode(reduced: Any, params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """What the trainer does with the result today (`Trainer.step` then `Trainer._apply`): the
+    averaged dense gradient `results[0].average()`, then each parameter's .grad made a view of it."""
+    grad = reduced.average()
+    for p, g in zip(params, grad.split([p.numel() for p in params])):
+        p.grad = g.view_as(p)
+    return grad
