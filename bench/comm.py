@@ -101,6 +101,7 @@ def worker(args: argparse.Namespace) -> None:
     from ssgd.comm.dense import DenseAllreduce
     from ssgd.compress.gaussiank import GaussianK
     from ssgd.compress.sparse import k_of
+    from ssgd.payload import Dense
     from ssgd.perf import cost
     from ssgd.perf.alphabeta import AlphaBeta
 
@@ -127,11 +128,11 @@ def worker(args: argparse.Namespace) -> None:
         idx, val = ours.payload_arrays(topk)
         params = ours.make_params(d)
         buffer = torch.zeros(d)                       # the released trainer's persistent flat gradient
-        colls = {"dense_allreduce": (DenseAllreduce(), u), "topk_allgather": (SparseAllgather(), topk),
+        colls = {"dense_allreduce": (DenseAllreduce(), Dense(u)), "topk_allgather": (SparseAllgather(), topk),
                  "gaussiank_allgather": (SparseAllgather(), gaussk), "gtopk_allreduce": (ours.gtopk(), topk)}
         counted = {}
         for name, (coll, payload) in colls.items():          # one call each: counts (and a first warm-up)
-            n = d if name == "dense_allreduce" else len(payload)
+            n = payload.count
             counts = comm.allgather(n)
             _, log = ours.run(coll, payload, comm)
             if name == "dense_allreduce":

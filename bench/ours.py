@@ -43,9 +43,7 @@ def global_set(reduced: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def sent_indices(payload: Any, reduced: Any) -> np.ndarray:
     """int64 indices of this rank's payload entries that count as sent (error feedback keeps the rest)."""
-    from ssgd.comm.base import accounted
-
-    return accounted(payload, reduced.support).idx.numpy().astype(np.int64)
+    return reduced.sent(payload).indices().numpy().astype(np.int64)
 
 
 def make_params(d: int, parts: int = 8) -> list[torch.nn.Parameter]:

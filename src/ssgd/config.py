@@ -197,6 +197,8 @@ class Config:
             _int_at_least(self.threads, "threads", 1)
 
 
+# Registered on import; Hydra imports `hydra_plugins.ssgd_schema` (which imports this module) whenever it
+# starts, so every program that composes conf/ finds `base_config` without importing it first.
 ConfigStore.instance().store(name="base_config", node=Config)
 
 TARGET_NODES = ("model", "dataset", "optimizer", "schedule", "compressor.compress", "compressor.collective",
