@@ -33,6 +33,7 @@ from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.schedule import LRSchedule
 from ssgd.sync import DensitySchedule, Scheme
 from ssgd.trainer import Trainer
+from ssgd.utils import wandb_run
 from ssgd.utils.metrics import MetricWriter
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import ThreadWorld, World
@@ -187,8 +188,8 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
               "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
     world = world or ThreadWorld(s.world_size, c.threads)
     try:
-        writer = MetricWriter(run_dir, c.wandb.mode.value, c.wandb.project, to_plain(s.cfg), c.wandb.name,
-                              enabled=world.is_root)
+        init = wandb_run.init_kwargs(to_plain(s.cfg), *wandb_run.hydra_context(run_dir))
+        writer = MetricWriter(run_dir, c.wandb.mode.value, c.wandb.project, enabled=world.is_root, wandb_init=init)
     except BaseException:
         world.close()
         raise

@@ -116,11 +116,13 @@ class TrainConfig:
     grad_clip: Optional[float] = None  # max L2 norm of the aggregated gradient (PTB: 0.25)
     checkpoint_every: int = 0        # epochs between checkpoints in the run directory (0: never)
     resume: Optional[str] = None     # a checkpoint.pt (or its run directory) to continue from
-    progress: bool = True            # progress bar on stderr (on a TTY)
+    progress: bool = True            # progress bar on stderr on a TTY, else a status line every status_every_s
+    status_every_s: float = 30.0     # seconds between status lines off a TTY (0: none)
 
     def __post_init__(self) -> None:
         for key in ("batch_size", "epochs", "eval_every", "eval_batch", "log_every"):
             _int_at_least(getattr(self, key), f"trainer.{key}", 1)
+        _finite_at_least(self.status_every_s, "trainer.status_every_s", 0.0, what=" (0: no status lines)")
         _int_at_least(self.checkpoint_every, "trainer.checkpoint_every", 0)
         if self.max_steps is not None:
             _int_at_least(self.max_steps, "trainer.max_steps", 1)
@@ -157,9 +159,13 @@ class MPIConfig:
 
 @dataclass
 class WandbConfig:
+    """`wandb:` run tracking (ssgd.utils.wandb_run names, groups and tags each run from its composed choices)."""
+
     mode: WandbMode = WandbMode.offline
     project: str = "ssgd"
-    name: Optional[str] = None
+    name: Optional[str] = None       # null: <scheme>-<model>-<dataset>-<cluster>[-<overrides>]-s<seed>
+    group: Optional[str] = None      # null: the name without the seed, so the seeds of one setting aggregate
+    tags: list[str] = field(default_factory=list)   # added to the automatic tags (backend, device)
 
 
 @dataclass

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from ssgd.capture import Capture
 from ssgd.checkpoint import load_checkpoint, save_checkpoint
@@ -30,6 +29,7 @@ from ssgd.replica import LocalStep, Replica, loss_and_correct
 from ssgd.schedule import LRSchedule
 from ssgd.sync import RankSync, Scheme, counts_of
 from ssgd.utils.metrics import MetricWriter
+from ssgd.utils.progress import Progress
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import World
 
@@ -106,16 +106,20 @@ class Trainer:
         P, counts, sent = self.P, [m.count for m in rows], [m.bytes_sent for m in rows]
         comm_model = self.scheme.collective.model_seconds(self.net, P, self.d, counts)
         compute_s, compress_s = sum(m.compute_s for m in rows) / P, sum(m.compress_s for m in rows) / P
+        iter_model = compute_s + compress_s + comm_model + wall[2]
+        samples = sum(m.samples for m in rows)
         return {
             "train/loss": sum(m.loss for m in rows) / P,
-            "train/acc": sum(m.correct for m in rows) / sum(m.samples for m in rows),
+            "train/acc": sum(m.correct for m in rows) / samples,
             "density/target": density, "density/achieved": sum(counts) / (P * self.d),
             "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent),
             "comm/messages": max(m.messages for m in rows),
             "time/compute_s": compute_s, "time/compress_s": compress_s, "time/comm_s": wall[1],
             "time/staging_s": max(m.staging_s for m in rows), "time/update_s": wall[2], "time/step_s": sum(wall),
             "time/comm_model_s": comm_model,
-            "time/iter_model_s": compute_s + compress_s + comm_model + wall[2],
+            "time/iter_model_s": iter_model,
+            "throughput/measured": samples / max(sum(wall), 1e-12),          # samples per second
+            "throughput/model": samples / max(iter_model, 1e-12),
         }
 
     # -- evaluation ------------------------------------------------------------------------------
@@ -145,8 +149,7 @@ class Trainer:
         totals: dict[str, float] = defaultdict(float)
         n_interval, val, start = 0, {}, time.perf_counter()
         show = cfg.progress and self.world.is_root
-        bar = tqdm(total=total_steps, initial=self.step_count, disable=None if show else True,  # None: TTY only
-                   dynamic_ncols=True, mininterval=0.5, desc=f"{self.scheme.name} P={self.P}")
+        bar = Progress(total_steps, self.step_count, f"{self.scheme.name} P={self.P}", show, cfg.status_every_s)
         while self.epoch < cfg.epochs and self.step_count < total_steps:
             self.loader.set_epoch(self.epoch)
             density = self.scheme.density(self.epoch)

@@ -2,15 +2,19 @@
 
 Reads the config the launcher composed and resolved (never composes its own), checks that the MPI
 job has `cluster.world_size` ranks, trains, and on rank 0 writes the run outputs next to the config
-file and prints the report. Other ranks' output lines are prefixed with `[rank r]`.
+file and logs the report (stdout and `<run dir>/train.log`, ssgd.utils.logs.setup_rank). Other ranks'
+output lines are prefixed with `[rank r]`.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
 
 
 class Prefixed:
@@ -57,6 +61,7 @@ def main(argv: list[str]) -> int:
     from ssgd import build, config
     from ssgd.errors import ConfigError
     from ssgd.mpi_world import MPIWorld
+    from ssgd.utils.logs import setup_rank
 
     if len(argv) != 1:
         print("usage: mpiexec -n P python -m mpi4py -m ssgd.worker RUN_DIR/worker_config.yaml", file=sys.stderr)
@@ -65,6 +70,7 @@ def main(argv: list[str]) -> int:
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
     path = Path(argv[0])
+    setup_rank(path.parent, world.is_root)
     try:
         if not path.is_file():
             raise ConfigError(f"{path}: no such worker config (written by `python src/train.py backend=mpi`)")
@@ -75,21 +81,21 @@ def main(argv: list[str]) -> int:
         trainer, writer, _ = build.trainer(cfg, path.parent, world)
     except ConfigError as err:
         if world.is_root:                     # every rank sees the same config error: say it once
-            print(f"error: {err}", file=sys.stderr)
+            log.error(f"error: {err}")
         return 2
     inject_fault(trainer, world.rank, cfg.debug)
     try:
         summary = trainer.fit()
     except Exception as err:
-        print(f"error: rank {world.rank} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        log.error(f"error: rank {world.rank} failed: {type(err).__name__}: {err}")
         raise                                 # `python -m mpi4py` then aborts the whole job
     finally:
         writer.close()
     if world.is_root:
         from ssgd.report import report
 
-        print(report(summary))
-        print(f"  outputs: {path.parent}")
+        log.info(report(summary))
+        log.info(f"  outputs: {path.parent}")
     return 0
 
 

@@ -32,6 +32,8 @@ def test_run_writes_metrics_summary_config_and_offline_wandb(tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("val/acc" in row for row in rows) and any("train/loss" in row for row in rows)
     assert list((out / "wandb").glob("offline-run-*")), "wandb offline run directory missing"
+    log = (out / "train.log").read_text()              # every line of the run goes through logging
+    assert "final val accuracy" in log and "epoch 1: val/loss=" in log and f"outputs: {out}" in log
 
 
 # One case per kind of failure, end to end (every bad value is checked in-process: tests/unit/test_schema.py):
@@ -54,6 +56,8 @@ def test_bad_input_is_one_line_and_nonzero(override, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert BAD[override] in lines[0]
     assert "Traceback" not in proc.stderr
+    log = tmp_path / "run" / "train.log"
+    assert not log.exists() or lines[0] in log.read_text()     # the run's log says why it stopped, too
 
 
 def test_bad_input_keeps_earlier_outputs(tmp_path):

@@ -2,7 +2,7 @@
 
 Keys are slash-namespaced (`train/loss`, `time/comm_model_s`, ...). wandb receives the same records;
 its mode is `disabled`, `offline` (default: writes under the run directory, needs no network) or
-`online`.
+`online`. The run's name, group, tags and logged config come from `ssgd.utils.wandb_run.init_kwargs`.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ssgd.utils import wandb_run
 
 WANDB_MODES = ("disabled", "offline", "online")
 
@@ -26,7 +27,8 @@ class MetricWriter:
     """Appends records to run_dir/metrics.jsonl and mirrors them to wandb (rank 0 only)."""
 
     def __init__(self, run_dir: str | Path, wandb_mode: str = "offline", project: str = "ssgd",
-                 config: dict | None = None, name: str | None = None, enabled: bool = True) -> None:
+                 config: dict | None = None, name: str | None = None, enabled: bool = True,
+                 wandb_init: dict[str, Any] | None = None) -> None:
         if wandb_mode not in WANDB_MODES:
             raise ValueError(f"wandb_mode={wandb_mode!r}: must be one of {', '.join(WANDB_MODES)}")
         self.run_dir, self.enabled = Path(run_dir), enabled
@@ -39,8 +41,10 @@ class MetricWriter:
         if wandb_mode != "disabled":
             import wandb  # imported lazily: ~1 s, and not needed when disabled
 
-            self.wandb_run = wandb.init(mode=wandb_mode, project=project, dir=str(self.run_dir), config=config,
-                                        name=name, reinit="finish_previous")
+            init = {"config": config, "name": name, **(wandb_init or {})}   # wandb_init: name, group, tags, ...
+            self.wandb_run = wandb.init(mode=wandb_mode, project=project, dir=str(self.run_dir),
+                                        reinit="finish_previous", **init)
+            wandb_run.define_summaries(self.wandb_run)
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -54,7 +58,7 @@ class MetricWriter:
             return
         write_json_atomic(self.run_dir / "summary.json", summary)
         if self.wandb_run is not None:
-            self.wandb_run.summary.update(summary)
+            self.wandb_run.summary.update(wandb_run.final_summary(summary))
 
     def close(self) -> None:
         if self.file is not None:
