@@ -1,6 +1,6 @@
 """The S-SGD loop: forward/backward on every rank, compress, aggregate, one update, evaluate, log.
 
-Data-parallel synchronous SGD with weak scaling (batch size per worker; papers.md 6.1): each step,
+Data-parallel synchronous SGD with weak scaling (batch size per worker; hclhkbu/gtopkssgd): each step,
 every rank r computes g_r on its own micro-batch, compresses u_r = g_r + e_r, the scheme's
 collective aggregates, every rank updates its residual, and the averaged gradient drives one SGD
 step (momentum and weight decay act after aggregation, as released). The trainer has no
