@@ -24,6 +24,9 @@ def one_line_error(err: BaseException) -> str:
             choices = ", ".join(line.strip() for line in allowed.group(1).splitlines()) if allowed else "none"
             return f"{group}={option}: no such option; allowed: {choices}"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    override = re.match(r"Could not override '([^']+)'", lines[0]) if lines else None
+    if override:
+        return unknown_key(override.group(1))
     cause = err.__cause__
     merging = re.match(r"Error merging override (.+)", lines[0]) if lines else None
     if merging and cause is not None:
@@ -35,6 +38,26 @@ def one_line_error(err: BaseException) -> str:
     if cause is not None and not lines:
         return _first(cause)
     return lines[0] if lines else type(err).__name__
+
+
+def unknown_key(path: str) -> str:
+    """`path` names no key of the composed config: the keys allowed there when the schema knows them."""
+    from dataclasses import fields, is_dataclass
+
+    from ssgd import config
+
+    node: type | None = config.Config
+    parts = path.split(".")
+    for part in parts[:-1]:
+        field = next((f for f in fields(node) if f.name == part), None) if node is not None else None
+        node = getattr(config, field.type, None) if field is not None and isinstance(field.type, str) else None
+        if node is not None and not is_dataclass(node):
+            node = None
+    if node is not None:
+        allowed = ", ".join(sorted(f.name for f in fields(node)))
+        return f"{path}: unknown key; allowed: {allowed}"
+    return (f"{path}: unknown key (`python src/train.py --cfg job` prints every key; a parameter of a _target_ "
+            f"that its file leaves out is added with +{path}=...)")
 
 
 def _first(err: BaseException) -> str:
