@@ -27,7 +27,7 @@ run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, g
 test: $(STAMP)  ## the whole test suite, MPI included (~9 min on 2 cores)
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)  ## unit tests only (no subprocess runs of src/train.py)
+test-fast: $(STAMP)  ## in-process unit tests only (< 2 min on 2 quiet cores; no subprocess runs, paper-size models or figure scripts)
 	$(PY) -m pytest -q -m "not slow"
 
 # Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of

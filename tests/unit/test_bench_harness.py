@@ -65,6 +65,7 @@ def test_pytorch_definitions_have_the_pinned_counts():
         assert raw - canonical == (2 * 4 * 256 if key == "lstm" else 0), key   # nn.LSTM's second bias
 
 
+@pytest.mark.slow
 def test_each_workload_runs_one_tiny_iteration(tmp_path):
     proc = run("dlbench.py", "--tools", "torch", "--threads", "1", "--batch-size", "2", "--reps", "1",
                "--warmup", "0", "--results", str(tmp_path / "dlbench.json"), "--out-dir", str(tmp_path))

@@ -14,6 +14,8 @@ from ssgd.perf.iteration import Profile
 from ssgd.tools.measure import measure_profile
 from tests.conftest import ROOT, paper_script
 
+pytestmark = pytest.mark.slow      # runs paper_figs/fig_scaling.py end to end
+
 
 def load_fig_scaling():
     return paper_script("fig_scaling")

@@ -320,6 +320,7 @@ def test_paper_closed_forms_match_the_derived_table():
     assert curves["paper: Top-k a logP + 2(P-1)k b"][i] * 1e3 == pytest.approx(60.7, abs=0.06)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sub", ["out", "nested/figs"])
 def test_fig_scaling_runs_and_writes_its_files(tmp_path, sub, capsys):
     fig = load_fig_scaling()
@@ -340,6 +341,7 @@ def test_fig_scaling_runs_and_writes_its_files(tmp_path, sub, capsys):
     assert "gTop/dense" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_measured_profile_of_a_configured_model(tmp_path):
     """`python -m ssgd.tools.measure`: layers = modules owning parameters (backward order) + 'other',
     sizes add up to d, and the JSON reads back as a Profile."""

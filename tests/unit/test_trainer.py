@@ -72,6 +72,7 @@ def test_resume_from_a_checkpoint_is_bitwise(compressor, tmp_path):
     assert all(torch.equal(x, y) for x, y in zip(straight, resumed))
 
 
+@pytest.mark.slow
 def test_default_run_learns(tmp_path):
     """The default job (FNN-3, embedded MNIST, gTop-k at density 0.001, 4 workers) reaches 90 % (20 of its 100 epochs: ~92 % there)."""
     summary, _ = train(tmp_path, "trainer.log_every=50", "trainer.epochs=20")
