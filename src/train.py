@@ -4,13 +4,18 @@
     python src/train.py compressor=gtopk cluster=32x1gbe  # 32 virtual workers, 1 GbE modelled
     python src/train.py -m compressor=dense,topk,gtopk    # Hydra multirun (also glob(*), choice(...), range(...))
 
-Outputs go to the Hydra run directory: .hydra/ (composed config), metrics.jsonl, summary.json,
-wandb/ (offline). Bad configuration: one line on stderr, exit status 2.
+Outputs go to the Hydra run directory (unique per run): .hydra/ (composed config), metrics.jsonl,
+summary.json, wandb/ (offline). Exit status (docs/faults.md): 0 ok, 2 bad input (one line on stderr),
+3 diverged, 130/143 interrupted by SIGINT/SIGTERM (after a checkpoint), other non-zero: a rank failed.
+A multirun runs every point, records a failed point's line in its folder's error.txt, prints a table of
+the failed points at the end and exits with the first one's status.
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import traceback
 from pathlib import Path
 
 os.environ.setdefault("MALLOC_ARENA_MAX", "2")   # glibc keeps freed memory per thread otherwise
@@ -19,53 +24,71 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run from a checkout 
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 import ssgd.config  # noqa: E402,F401  (registers the schema `base_config` in Hydra's ConfigStore)
-from ssgd.errors import ConfigError  # noqa: E402
+import ssgd.rundir  # noqa: E402,F401  (registers the run directory resolvers of conf/config.yaml)
+from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted, RunEnded  # noqa: E402
 from ssgd.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
+from ssgd.stop import exit_status  # noqa: E402
+from ssgd.sweep import PointFailed, record_failure  # noqa: E402
 
-EXIT_BAD_INPUT = 2
+
+def run(cfg: DictConfig, run_dir: Path) -> float:
+    """One run: check, then train here (backend=thread) or under mpiexec; returns the final val accuracy.
+    Raises ConfigError (bad input) or RunEnded (diverged, interrupted, a rank failed)."""
+    from ssgd import build  # after Hydra has parsed the command line: `--help` stays fast
+    from ssgd.config import Backend
+    from ssgd.report import diverged, report
+    from ssgd.stop import StopRequest
+
+    spec = build.spec(cfg)
+    build.preflight(spec)                      # before any rank starts or any state is allocated
+    if spec.config.backend is Backend.mpi:
+        from ssgd.launch import launch, prepare, worker_command
+
+        if not spec.config.mpi.launch:        # the user runs the workers under their own mpirun / srun
+            command = " ".join(worker_command(prepare(cfg, run_dir)))
+            print(f"wrote {run_dir / 'worker_config.yaml'}; run the {spec.world_size} workers with\n"
+                  f"  mpirun -np {spec.world_size} [your mpirun options] {command}")
+            return 0.0
+        launch(cfg, run_dir)
+        return 0.0
+    stop = StopRequest()
+    with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
+        trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
+        try:
+            summary = trainer.fit()
+        finally:
+            world.close()
+            writer.close()
+    print(report(summary))
+    print(f"  outputs: {run_dir}")
+    if diverged(summary):
+        raise RunEnded(diverged(summary), EXIT_DIVERGED)
+    return float(summary.get("val/acc", 0.0))
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> float:
-    from ssgd import build  # after Hydra has parsed the command line: `--help` stays fast
-    from ssgd.config import Backend
-    from ssgd.report import report
-
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+def main(cfg: DictConfig) -> float | PointFailed:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        spec = build.spec(cfg)
-        if spec.config.backend is Backend.mpi:
-            from ssgd.launch import launch, prepare, worker_command
-
-            if not spec.config.mpi.launch:        # the user runs the workers under their own mpirun / srun
-                command = " ".join(worker_command(prepare(cfg, run_dir)))
-                print(f"wrote {run_dir / 'worker_config.yaml'}; run the {spec.world_size} workers with\n"
-                      f"  mpirun -np {spec.world_size} [your mpirun options] {command}")
-                return 0.0
-            status = launch(cfg, run_dir)
-            if status != 0:
-                print(f"error: backend=mpi: the MPI job failed with exit status {status} (see the rank messages above)",
-                      file=sys.stderr)
-                sys.exit(status)
-            return 0.0
-        trainer, writer, world = build.trainer(spec, run_dir)
-    except ConfigError as err:
+        return run(cfg, run_dir)
+    except (ConfigError, RunEnded) as err:
+        status = err.status if isinstance(err, RunEnded) else EXIT_BAD_INPUT
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    try:
-        summary = trainer.fit()
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    finally:
-        world.close()
-        writer.close()
-    print(report(summary))
-    print(f"  outputs: {run_dir}")
-    return float(summary.get("val/acc", 0.0))
+        if multirun and not isinstance(err, Interrupted):   # the sweep goes on (an interrupt stops it)
+            return record_failure(run_dir, status, str(err))
+        sys.exit(status)
+    except Exception as err:
+        if not multirun:
+            raise
+        line = f"{type(err).__name__}: {err}".splitlines()[0]
+        print(f"error: {line} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
+        return record_failure(run_dir, EXIT_FAILED, line, traceback.format_exc())
 
 
 if __name__ == "__main__":
@@ -78,3 +101,6 @@ if __name__ == "__main__":
             raise
         print(f"error: {one_line_error(err)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:                # Ctrl-C before a run installed its own handler
+        print("error: interrupted by SIGINT before training started", file=sys.stderr)
+        sys.exit(exit_status(signal.SIGINT))
