@@ -2,7 +2,7 @@
 Hydra's run directories and sweeps, and the exit statuses (docs/faults.md). Each case checks the exit
 status, the one line the user sees on stderr, and that nothing already written was lost.
 
-In-process cases (resume, divergence, preflight, wandb, run directories) are in tests/unit/test_faults.py."""
+In-process cases (resume, divergence, preflight, wandb, run directories) are in tests/unit/test_faults_inprocess.py."""
 from __future__ import annotations
 
 import json
@@ -113,7 +113,7 @@ def test_a_signal_to_the_mpi_launcher_stops_every_rank(signum, tmp_path):
 
 def test_a_diverged_run_exits_3_and_keeps_its_good_checkpoint(tmp_path):
     """The issue's repro (4 x 256 samples per step) as 2 MPI ranks x 512: 3 steps per epoch, as there
-    (the thread backend's repro is in tests/unit/test_faults.py)."""
+    (the thread backend's repro is in tests/unit/test_faults_inprocess.py)."""
     proc = run(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", "backend=mpi", "cluster.world_size=2",
                "compressor=dense", "optimizer.lr=30", "trainer.batch_size=512", "trainer.epochs=6",
                "trainer.checkpoint_every=1")
@@ -128,7 +128,7 @@ def test_a_diverged_run_exits_3_and_keeps_its_good_checkpoint(tmp_path):
 
 # override(s) -> a piece of the one line: refused before any rank starts (src/train.py runs the same checks
 # before the thread backend: cluster.world_size=10000, wandb.mode=online without a key and a checkpoint of
-# another run are checked in-process in tests/unit/test_faults.py)
+# another run are checked in-process in tests/unit/test_faults_inprocess.py)
 REFUSED = {
     "backend=mpi trainer.batch_size=2000": "trainer.batch_size=2000 x cluster.world_size=4 = 8000 samples per step",
 }
