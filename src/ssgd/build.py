@@ -2,8 +2,11 @@
 
 `spec(cfg)` does every check that needs no data and no world (the MPI launcher runs it before it starts
 any rank) and builds the cheap objects: the network model, the scheme's factories, the LR schedule and
-the optimizer factory. `trainer(spec, run_dir)` then loads the data, builds the model and the world and
-wires the trainer, without building anything a second time.
+the optimizer factory. `preflight(spec)` then checks what needs the data's size and the model's but no
+world (P x batch size against the data, the memory of P ranks against this host's, wandb's credentials)
+without loading or allocating anything; `src/train.py` runs it before it starts the ranks or the thread
+backend. `trainer(spec, run_dir)` then loads the data, builds the model and the world, reads the
+checkpoint to resume (checked against this run) and wires the trainer, without building anything twice.
 
 Every problem is a `ConfigError` whose message names the offending key and what is allowed;
 `src/train.py` prints it as one line and exits with status 2. Constructors below this layer raise
@@ -12,6 +15,7 @@ ValueError/TypeError with messages of the form `param=value: ...`; `built` prefi
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,18 +27,22 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ssgd import checkpoint, footprint
 from ssgd.capture import Capture
 from ssgd.compress.base import Compressor
-from ssgd.config import Config, check_all_targets, check_keys, one_line, to_plain
-from ssgd.data.base import TensorData
+from ssgd.config import Config, TrainConfig, WandbMode, check_all_targets, check_keys, locate, one_line, to_plain
+from ssgd.data.base import DataSpec, TensorData
+from ssgd.data.loader import steps_per_epoch
+from ssgd.data.probe import probe
 from ssgd.errors import ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.schedule import LRSchedule
+from ssgd.stop import StopRequest
 from ssgd.sync import DensitySchedule, Scheme
 from ssgd.trainer import Trainer
 from ssgd.utils import wandb_run
-from ssgd.utils.metrics import MetricWriter
+from ssgd.utils.metrics import MetricWriter, wandb_credentials
 from ssgd.utils.seeding import rank_generator
 from ssgd.world import ThreadWorld, World
 
@@ -175,28 +183,120 @@ def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
     return m.to(device(cfg.device))
 
 
-def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None) -> tuple[Trainer, MetricWriter, World]:
+# -- checks before any rank starts ---------------------------------------------------------------
+def preflight(s: RunSpec) -> None:
+    """Checks that need the data's size and the model's but no world, run before any rank starts and before
+    anything is allocated: P x batch size against the training samples and the memory P ranks need
+    against this host's (for the datasets whose size is known without loading them: `ssgd.data.probe`),
+    and that wandb.mode=online has credentials. ConfigError naming the key otherwise."""
+    c = s.config
+    if c.wandb.mode is WandbMode.online and not wandb_credentials():
+        raise ConfigError("wandb.mode=online: no wandb API key here (set WANDB_API_KEY or run `wandb login`); "
+                          "wandb.mode=offline (the default) needs none, and `wandb sync` uploads its runs later")
+    size = data_size(s.cfg)
+    if size is None:
+        return
+    samples, data_spec = size
+    steps_per_epoch(samples, s.world_size, c.trainer.batch_size)
+    d = parameter_count(s.cfg, data_spec)
+    need = None if d is None or s.device.type != "cpu" else \
+        footprint.needed_bytes(d, s.world_size, c.backend.value, bool(c.cluster.hostfile))
+    have = footprint.available_bytes()
+    if need is not None and have is not None and need[0] > have:
+        hint = "or run backend=mpi over several hosts (cluster.hostfile)" if c.backend.value == "thread" else \
+            "or use backend=thread (the ranks share one model) or a cluster.hostfile"
+        raise ConfigError(f"cluster.world_size={s.world_size}: needs about {need[0] / 1e9:.1f} GB for {need[1]}, but "
+                          f"{have / 1e9:.1f} GB of memory is available here; lower cluster.world_size {hint}")
+
+
+def data_size(cfg: DictConfig) -> tuple[int, DataSpec] | None:
+    """(training samples, spec) of the configured dataset without loading it, or None where only loading
+    can tell (the user's own files)."""
+    node = cfg.dataset
+    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not str(k).startswith("_")}
+    return built("dataset", lambda: probe(locate(str(node._target_), "dataset"), kwargs), node)
+
+
+def parameter_count(cfg: DictConfig, data_spec: DataSpec) -> int | None:
+    """Trainable parameters of the configured model, built on the meta device (no memory, no init); None if
+    the model cannot be built there. A model that refuses the data raises its ConfigError here already."""
+    try:
+        with torch.device("meta"):
+            m = instantiate(cfg.model, spec=data_spec)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, ConfigError):
+            raise err.__cause__ from None
+        return None
+    except ConfigError:
+        raise
+    except Exception:   # an estimate only: the real build reports its own errors
+        return None
+    return sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+
+# -- the run's objects -----------------------------------------------------------------------------
+def identity(c: Config, data: TensorData) -> dict:
+    """What a checkpoint must share with the run that continues it (`ssgd.checkpoint.check_fits`)."""
+    return {"compressor": c.compressor.name, "compressor.density": c.compressor.density,
+            "compressor.density_warmup": list(c.compressor.density_warmup), "seed": c.seed,
+            "cluster.world_size": c.cluster.world_size, "trainer.batch_size": c.trainer.batch_size,
+            "dataset": data.spec.name}
+
+
+def resume_state(t: TrainConfig, run_dir: Path, world: World, d: int, ident: dict) -> checkpoint.Resume | None:
+    """The checkpoint `trainer.resume` names, read for this process's ranks and checked against this run."""
+    path = checkpoint.resume_path(t.resume, run_dir)
+    if path is None:
+        return None
+    shared, ranks = checkpoint.load_checkpoint(path, world.local_ranks)
+    checkpoint.check_fits(shared, path, ident, d, t.resume_weights_only)
+    return checkpoint.Resume(path, shared, ranks, t.resume_weights_only)
+
+
+def metric_writer(s: RunSpec, run_dir: Path, world: World, resume: checkpoint.Resume | None) -> MetricWriter:
+    """The run's MetricWriter. A run that continues its own directory keeps exactly the metrics.jsonl
+    records its checkpoint had seen and continues its wandb run; `trainer.resume=auto` without a
+    checkpoint starts afresh (dropping a failed attempt's records); any other run needs an empty file."""
+    c = s.config
+    keep, run_id = None, None
+    if resume is not None and not resume.weights_only:
+        run = resume.shared.get("run", {})
+        run_id = run.get("wandb_id")
+        if resume.path.parent.resolve() == Path(run_dir).resolve():
+            keep = run.get("records", sys.maxsize)       # older checkpoints: keep every record
+    elif resume is None and c.trainer.resume == checkpoint.AUTO:
+        keep = 0
+    init = wandb_run.init_kwargs(to_plain(s.cfg), *wandb_run.hydra_context(run_dir))
+    return MetricWriter(run_dir, c.wandb.mode.value, c.wandb.project, enabled=world.is_root, keep_records=keep,
+                        wandb_id=run_id, wandb_init=init)
+
+
+def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None,
+            stop: StopRequest | None = None) -> tuple[Trainer, MetricWriter, World]:
     """Build everything a run needs (checking `cfg` first unless it is already a `RunSpec`); `world`
-    defaults to a `ThreadWorld` (the MPI worker passes its `MPIWorld`)."""
+    defaults to a `ThreadWorld` (the MPI worker passes its `MPIWorld`); `stop` is the entry point's
+    signal handler (the trainer stops at the step boundary after it fires)."""
     s = cfg if isinstance(cfg, RunSpec) else spec(cfg)
     c = s.config
     data = dataset(s.cfg)
     mdl = model(s.cfg, data, c.seed)
-    d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
-    built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
     labels = {"compressor": c.compressor.name, "cluster": c.cluster.name, "model": s.cfg.model._target_,
               "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
+    ident = identity(c, data)
+    d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
+    built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
+    steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
     world = world or ThreadWorld(s.world_size, c.threads)
     try:
-        init = wandb_run.init_kwargs(to_plain(s.cfg), *wandb_run.hydra_context(run_dir))
-        writer = MetricWriter(run_dir, c.wandb.mode.value, c.wandb.project, enabled=world.is_root, wandb_init=init)
+        resume = resume_state(c.trainer, run_dir, world, d, ident)
+        writer = metric_writer(s, run_dir, world, resume)
     except BaseException:
         world.close()
         raise
     try:
         capture = Capture(c.capture, run_dir, c.seed, world.is_root, s.scheme.name) if c.capture.enabled else None
         tr = Trainer(c.trainer, world, mdl, data, s.scheme, s.make_optimizer, s.schedule, s.network, writer, c.seed,
-                     run_dir, labels, capture)
+                     run_dir, labels, capture, identity=ident, resume=resume, stop=stop)
     except BaseException:
         world.close()
         writer.close()

@@ -115,7 +115,10 @@ class TrainConfig:
     log_every: int = 10              # steps per metrics.jsonl record (values are interval means)
     grad_clip: Optional[float] = None  # max L2 norm of the aggregated gradient (PTB: 0.25)
     checkpoint_every: int = 0        # epochs between checkpoints in the run directory (0: never)
-    resume: Optional[str] = None     # a checkpoint.pt (or its run directory) to continue from
+    checkpoint_every_steps: int = 0  # steps between checkpoints (0: never), for epochs that take hours
+    resume: Optional[str] = None     # a checkpoint.pt (or its run directory) to continue from; `auto`: this
+    #                                  run directory's checkpoint if there is one, else a fresh start
+    resume_weights_only: bool = False  # with resume: a new run that starts from the checkpoint's weights only
     progress: bool = True            # progress bar on stderr on a TTY, else a status line every status_every_s
     status_every_s: float = 30.0     # seconds between status lines off a TTY (0: none)
 
@@ -124,6 +127,10 @@ class TrainConfig:
             _int_at_least(getattr(self, key), f"trainer.{key}", 1)
         _finite_at_least(self.status_every_s, "trainer.status_every_s", 0.0, what=" (0: no status lines)")
         _int_at_least(self.checkpoint_every, "trainer.checkpoint_every", 0)
+        _int_at_least(self.checkpoint_every_steps, "trainer.checkpoint_every_steps", 0)
+        if self.resume_weights_only and self.resume in (None, "", "auto"):
+            raise ConfigError(f"trainer.resume_weights_only=true needs trainer.resume=<a checkpoint.pt or run "
+                              f"directory> (got trainer.resume={self.resume})")
         if self.max_steps is not None:
             _int_at_least(self.max_steps, "trainer.max_steps", 1)
         if self.grad_clip is not None:

@@ -1,9 +1,38 @@
-"""The one exception type that means "the user's input is wrong".
+"""How a run ends when it ends without a result, and the exit status that says so.
 
-`src/train.py` turns it into a single line on stderr and exit code 2. Raise it with a message that
-names the offending config key or file and says what is allowed.
+Exit statuses of `src/train.py` and of every MPI rank (docs/faults.md):
+  0    the run finished;
+  2    bad input (`ConfigError`): one line naming the offending key or file;
+  3    the training loss stopped being finite (`summary.json` has `diverged_at_step`);
+  130  interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (how SLURM preempts): a checkpoint was written at the
+       step boundary where the run stopped;
+  any other non-zero status: a rank failed (an exception or a signal that killed it).
 """
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+EXIT_FAILED = 1
 
 
 class ConfigError(ValueError):
-    """Bad configuration or missing input files: reported to the user as one line, never a trace."""
+    """Bad configuration or missing input files: reported to the user as one line, never a trace.
+
+    Raise it with a message that names the offending config key or file and says what is allowed."""
+
+
+class RunEnded(Exception):
+    """A run that ended without a result: `status` is the exit status, `str(self)` the one line for the user."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Interrupted(RunEnded):
+    """SIGINT or SIGTERM stopped the run at a step boundary (after writing a checkpoint, unless `checkpoint`
+    is None: a second signal, or state that was not finite)."""
+
+    def __init__(self, message: str, status: int, step: int, checkpoint: str | None) -> None:
+        super().__init__(message, status)
+        self.step, self.checkpoint = step, checkpoint

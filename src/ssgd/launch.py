@@ -5,23 +5,41 @@ composed the config here, once; it is saved resolved as `<run dir>/worker_config
 rank runs `python -m mpi4py -m ssgd.worker <that file>` (`-m mpi4py`: an exception on one rank
 aborts the whole job instead of hanging it). On a cluster, run that same worker command under your
 own `mpirun`/`srun` (docs/slurm.md; `mpi.launch=false` writes the file and prints the command).
+
+What the user sees (docs/faults.md): the ranks report how the job ended to `<run dir>/mpi/ended.txt`
+(the first rank to fail wins; `ssgd.worker`), and the launcher raises that one line with the job's exit
+status; Open MPI's abort boilerplate is filtered out of stderr, and a rank killed by a signal is named
+from Open MPI's own report. SIGTERM or SIGINT to the launcher is passed to every rank as SIGUSR1 or
+SIGUSR2 (`mpiexec` forwards those), so the ranks checkpoint at their next step boundary and exit; after
+STOP_GRACE_S the launcher stops mpiexec itself, so the whole job is gone within 10 s.
 """
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from omegaconf import DictConfig, OmegaConf
 
 from ssgd.config import to_plain
-from ssgd.errors import ConfigError
+from ssgd.errors import ConfigError, Interrupted, RunEnded
+from ssgd.stop import exit_status, meaning
 
 WORKER_CONFIG = "worker_config.yaml"
+ENDED_ENV = "SSGD_ENDED_FILE"          # where the ranks report how the job ended (set by `launch`)
+ENDED_FILE = Path("mpi") / "ended.txt"
+STOP_GRACE_S = 8.0                     # after a stop signal: time for the ranks to checkpoint and exit
+KILL_AFTER_S = 1.5                     # after stopping mpiexec: time before it is killed
 
 
 def mpiexec_path(configured: str | None = None) -> str:
@@ -122,8 +140,163 @@ def prepare(cfg: DictConfig, run_dir: Path) -> Path:
     return config_path
 
 
-def launch(cfg: DictConfig, run_dir: Path) -> int:
-    """Save the resolved config, run the MPI job in the foreground, return its exit status."""
+def launch(cfg: DictConfig, run_dir: Path) -> None:
+    """Save the resolved config and run the MPI job in the foreground. Returns when it succeeded; raises
+    RunEnded (the first failing rank's line and the job's exit status) or Interrupted (a signal stopped it)."""
     config_path = prepare(cfg, run_dir)
     argv = mpiexec_command(cfg, config_path)
-    return subprocess.run(argv, env=worker_env(local=not cfg.cluster.get("hostfile"))).returncode
+    ended = run_dir / ENDED_FILE
+    ended.parent.mkdir(parents=True, exist_ok=True)
+    ended.unlink(missing_ok=True)                      # an earlier attempt's report in this directory
+    env = {**worker_env(local=not cfg.cluster.get("hostfile")), ENDED_ENV: str(ended)}
+    # its own process group: a Ctrl-C at the terminal reaches this launcher only, which forwards it
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            errors="replace", process_group=0)
+    relay = OpenMPIFilter(sys.stderr)
+    reader = threading.Thread(target=relay.copy, args=(proc.stderr,), daemon=True)
+    reader.start()
+    stopper = JobStopper(proc)
+    with stopper.installed():
+        status = stopper.wait()
+    reader.join(timeout=5)
+    reported = read_ended(ended)
+    if stopper.signum is not None:
+        name, P = meaning(stopper.signum).name, cfg.cluster.world_size
+        line = reported[1] if reported and reported[0] == exit_status(stopper.signum) else \
+            f"interrupted by {name}: stopped mpiexec and its {P} ranks before they reached a step boundary; no " \
+            "checkpoint was written"
+        raise Interrupted(line, exit_status(stopper.signum), step=-1, checkpoint=None)
+    if status == 0:
+        return
+    if reported is not None:
+        raise RunEnded(reported[1], reported[0])
+    if relay.killed is not None:
+        rank, node, signum = relay.killed
+        raise RunEnded(f"backend=mpi: rank {rank} (node {node}) was killed by signal {signum} "
+                       f"({_signal_name(signum)})", status)
+    raise RunEnded(f"backend=mpi: the MPI job failed with exit status {status} (see the messages above)", status)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unknown signal"
+
+
+def read_ended(path: Path) -> tuple[int, str] | None:
+    """(status, line) a rank reported in `path` ("status<TAB>line"), or None."""
+    try:
+        status, _, line = path.read_text().strip().partition("\t")
+        return int(status), line
+    except (OSError, ValueError):
+        return None
+
+
+class JobStopper:
+    """Waits for mpiexec; the first SIGTERM/SIGINT is forwarded to the ranks as SIGUSR1/SIGUSR2 (they
+    checkpoint and exit), a second one or STOP_GRACE_S later mpiexec is stopped (it kills its ranks)."""
+
+    FORWARD = {signal.SIGTERM: signal.SIGUSR1, signal.SIGINT: signal.SIGUSR2}
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.signum: int | None = None
+        self.deadline: float | None = None         # when mpiexec is stopped
+        self.stopped_at: float | None = None
+
+    def handle(self, signum: int, frame: object = None) -> None:
+        if self.signum is None:
+            self.signum, self.deadline = signum, time.monotonic() + STOP_GRACE_S
+            self._send(self.FORWARD[signal.Signals(signum)])
+        else:
+            self.deadline = time.monotonic()
+
+    def _send(self, signum: int) -> None:
+        try:
+            self.proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {s: signal.signal(s, self.handle) for s in self.FORWARD}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def wait(self) -> int:
+        while True:
+            try:
+                return self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if self.stopped_at is None and self.deadline is not None and now >= self.deadline:
+                    self.stopped_at = now
+                    self._send(signal.SIGTERM)        # mpiexec then kills every rank
+                elif self.stopped_at is not None and now >= self.stopped_at + KILL_AFTER_S:
+                    for pid in [*descendants(self.proc.pid), self.proc.pid]:   # its ranks first
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except (ProcessLookupError, PermissionError):
+                            pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Processes below `pid` on this host, from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class OpenMPIFilter:
+    """Copies mpiexec's stderr, leaving out Open MPI's boilerplate about an abort or a non-zero exit (the
+    launcher says in one line what happened) and noting a rank killed by a signal (`killed`)."""
+
+    DASHES = re.compile(r"^-{20,}\s*$")
+    BOILERPLATE = ("MPI_ABORT was invoked", "has exited due to process rank", "exited with non-zero status",
+                   "exited on signal")
+    KILLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.block: list[str] | None = None
+        self.killed: tuple[int, str, int] | None = None
+
+    def copy(self, stream: TextIO) -> None:
+        for line in stream:
+            self.feed(line)
+        if self.block:
+            self.out.write("".join(self.block))
+        self.out.flush()
+
+    def feed(self, line: str) -> None:
+        if self.block is None:
+            if self.DASHES.match(line):
+                self.block = [line]
+            elif "PMIX ERROR" not in line and line.replace("\0", "").strip():
+                self.out.write(line)
+                self.out.flush()
+            return
+        self.block.append(line)
+        if self.DASHES.match(line):
+            text, self.block = "".join(self.block), None
+            flat = " ".join(text.split())
+            found = self.KILLED.search(flat)
+            if found and self.killed is None:
+                self.killed = (int(found.group(1)), found.group(2), int(found.group(3)))
+            if not any(b in flat for b in self.BOILERPLATE):
+                self.out.write(text)
+                self.out.flush()

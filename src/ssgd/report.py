@@ -16,3 +16,11 @@ def report(summary: dict) -> str:
         lines.append(f"  DIVERGED: the training loss was not finite at step {summary['diverged_at_step']}; training "
                      "stopped there (lower optimizer.lr, add schedule.warmup_epochs or raise compressor.density)")
     return "\n".join(lines)
+
+
+def diverged(summary: dict) -> str | None:
+    """The one line that ends a diverged run (exit status 3), or None if it did not diverge."""
+    if "diverged_at_step" not in summary:
+        return None
+    return (f"diverged: the training loss or the weights were not finite at step {summary['diverged_at_step']} "
+            "(summary.json: diverged_at_step); no checkpoint holds that state")

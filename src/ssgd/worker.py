@@ -3,14 +3,18 @@
 Reads the config the launcher composed and resolved (never composes its own), checks that the MPI
 job has `cluster.world_size` ranks, trains, and on rank 0 writes the run outputs next to the config
 file and logs the report (stdout and `<run dir>/train.log`, ssgd.utils.logs.setup_rank). Other ranks'
-output lines are prefixed with `[rank r]`.
+output lines are prefixed with `[rank r]`. How a rank's run ended,
+when not well, goes to the launcher's file (`report_end`) or, under your own mpirun, to stderr as one
+line; the exit status is the run's (docs/faults.md).
 """
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import traceback
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from omegaconf import OmegaConf
 
@@ -40,7 +44,6 @@ class Prefixed:
 
 def inject_fault(trainer, rank: int, debug) -> None:
     """`debug.fail_rank` fails at step `debug.fail_step` by raising or by SIGKILL (tests only)."""
-    import os
     import signal
 
     if debug.fail_rank is None or debug.fail_rank != rank:
@@ -57,20 +60,87 @@ def inject_fault(trainer, rank: int, debug) -> None:
     trainer.step = failing_step
 
 
+def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
+    """Tell the user how this rank's job ended: to the launcher's file when `launch` started the job (the
+    first rank to write it wins, so the user sees the first failure), else as one line on stderr (when
+    `say`: ranks that all hit the same problem let one of them say it)."""
+    from ssgd.launch import ENDED_ENV
+
+    path = os.environ.get(ENDED_ENV)
+    if path is None:
+        if say:
+            log.error(f"error: {message}")
+        return
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return
+    except OSError:
+        log.error(f"error: {message}")
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{status}\t{message}\n")
+
+
+def failure(err: Exception, rank: int, run_dir: Path) -> str:
+    """The one line for an exception on this rank; its traceback goes to <run dir>/mpi/rank<r>-traceback.txt."""
+    from ssgd.launch import ENDED_FILE
+
+    path = run_dir / ENDED_FILE.parent / f"rank{rank}-traceback.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(traceback.format_exc())
+    except OSError:
+        pass
+    first = f"{type(err).__name__}: {err}".strip().splitlines()[0]
+    return f"backend=mpi: rank {rank} failed: {first} (traceback in {path})"
+
+
+def end_alone(comm, status: int) -> NoReturn:
+    """End this rank, and so the job, with `status` at once: `python -m mpi4py` would abort the job anyway
+    for a non-zero status, but only after seconds of interpreter teardown (a scheduler's grace time, and
+    the other ranks waiting in a collective, cannot spare them)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    comm.Abort(status)
+    raise SystemExit(status)                  # not reached
+
+
+def end_together(comm, status: int) -> NoReturn:
+    """End an ending every rank reached at the same point (interrupted, diverged) with `status`, once rank 0
+    has written everything (the barrier)."""
+    comm.Barrier()
+    end_alone(comm, status)
+
+
 def main(argv: list[str]) -> int:
+    """One rank's run; returns its exit status (docs/faults.md). `python -m mpi4py` aborts the job when a
+    rank ends non-zero, so a rank that ends alone (an exception) ends the job; endings every rank reaches
+    together (interrupted, diverged) wait for rank 0 to finish writing first."""
+    from ssgd.stop import StopRequest
+
+    stop = StopRequest()
+    with stop.installed():                    # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
+        return _main(argv, stop)
+
+
+def _main(argv: list[str], stop) -> int:
     from ssgd import build, config
-    from ssgd.errors import ConfigError
+    from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted
     from ssgd.mpi_world import MPIWorld
+    from ssgd.report import diverged, report
     from ssgd.utils.logs import setup_rank
 
     if len(argv) != 1:
         print("usage: mpiexec -n P python -m mpi4py -m ssgd.worker RUN_DIR/worker_config.yaml", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     world = MPIWorld()
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
     path = Path(argv[0])
-    setup_rank(path.parent, world.is_root)
+    run_dir = path.parent
+    setup_rank(run_dir, world.is_root)
+    problem: tuple[int, str] | None = None
     try:
         if not path.is_file():
             raise ConfigError(f"{path}: no such worker config (written by `python src/train.py backend=mpi`)")
@@ -78,25 +148,40 @@ def main(argv: list[str]) -> int:
         if cfg.cluster.world_size != world.size:
             raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this MPI job has {world.size} ranks; "
                               f"start it with mpiexec -n {cfg.cluster.world_size} or set cluster.world_size={world.size}")
-        trainer, writer, _ = build.trainer(cfg, path.parent, world)
-    except ConfigError as err:
-        if world.is_root:                     # every rank sees the same config error: say it once
-            log.error(f"error: {err}")
-        return 2
+        trainer, writer, _ = build.trainer(cfg, run_dir, world, stop=stop)
+    except (ConfigError, Interrupted) as err:
+        problem = (err.status if isinstance(err, Interrupted) else EXIT_BAD_INPUT, str(err))
+    except Exception as err:
+        problem = (EXIT_FAILED, failure(err, world.rank, run_dir))
+    # building needs no communication, so every rank gets here: rank 0 says the first rank's problem
+    first = next((p for p in world.comm.allgather(problem) if p is not None), None)
+    if first is not None:
+        if world.is_root:
+            report_end(*first, run_dir, say=True)
+        end_together(world.comm, first[0])
     inject_fault(trainer, world.rank, cfg.debug)
     try:
         summary = trainer.fit()
-    except Exception as err:
-        log.error(f"error: rank {world.rank} failed: {type(err).__name__}: {err}")
-        raise                                 # `python -m mpi4py` then aborts the whole job
-    finally:
+    except Interrupted as err:
         writer.close()
+        if err.step < 0:                      # a second signal: at once, this rank alone
+            report_end(err.status, str(err), run_dir, say=world.is_root)
+            end_alone(world.comm, err.status)
+        if world.is_root:                     # every rank stopped at the same step boundary
+            report_end(err.status, str(err), run_dir, say=True)
+        end_together(world.comm, err.status)
+    except Exception as err:                  # this rank alone: the others wait in a collective
+        report_end(EXIT_FAILED, failure(err, world.rank, run_dir), run_dir, say=True)
+        end_alone(world.comm, EXIT_FAILED)
+    writer.close()
     if world.is_root:
-        from ssgd.report import report
-
         log.info(report(summary))
-        log.info(f"  outputs: {path.parent}")
-    return 0
+        log.info(f"  outputs: {run_dir}")
+    if diverged(summary) is None:
+        return 0
+    if world.is_root:                         # every rank knows: the loss and the checks are gathered
+        report_end(EXIT_DIVERGED, diverged(summary), run_dir, say=True)
+    end_together(world.comm, EXIT_DIVERGED)
 
 
 if __name__ == "__main__":

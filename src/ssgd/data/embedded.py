@@ -147,6 +147,20 @@ def stratified_split(labels: Tensor, val_size: int, gen: torch.Generator) -> tup
     return perm[~in_val], perm[in_val]
 
 
+ROWS = 5000  # digits in mnist_5k.csv.gz
+
+
+def _check_val_size(val_size: object, n: int) -> None:
+    if isinstance(val_size, bool) or not isinstance(val_size, int) or not 1 <= val_size < n:
+        raise ConfigError(f"dataset.val_size={val_size!r}: must be an int in [1, {n - 1}]")
+
+
+def mnist_embedded_size(val_size: int = 1000, seed: int = 0) -> tuple[int, DataSpec]:
+    """(training samples, spec) of `mnist_embedded` with these arguments, checked, without reading the file."""
+    _check_val_size(val_size, ROWS)
+    return ROWS - val_size, DataSpec("image", (1, 28, 28), 10, "mnist_embedded")
+
+
 def mnist_embedded(val_size: int = 1000, seed: int = 0) -> TensorData:
     """The 5,000 embedded MNIST digits, split into train (5000 - val_size) and val (val_size).
 
@@ -155,9 +169,7 @@ def mnist_embedded(val_size: int = 1000, seed: int = 0) -> TensorData:
     spec = DataSpec("image", (1, 28, 28), 10, "mnist_embedded").
     """
     images, labels = load_mnist_csv(locate_mnist_csv())
-    n = labels.numel()
-    if isinstance(val_size, bool) or not isinstance(val_size, int) or not 1 <= val_size < n:
-        raise ConfigError(f"dataset.val_size={val_size!r}: must be an int in [1, {n - 1}]")
+    _check_val_size(val_size, labels.numel())
     train, val = stratified_split(labels, val_size, torch.Generator().manual_seed(seed))
     x = normalize_mnist(images).unsqueeze(1)
     spec = DataSpec("image", (1, 28, 28), 10, "mnist_embedded")

@@ -8,6 +8,17 @@ from ssgd.errors import ConfigError
 from ssgd.utils.seeding import derive_seed
 
 
+def steps_per_epoch(samples: int, P: int, batch_size: int) -> int:
+    """Full global batches of P x batch_size in `samples`; ConfigError when there is not even one."""
+    if batch_size < 1:
+        raise ConfigError(f"trainer.batch_size={batch_size}: must be a positive integer (samples per worker)")
+    steps = samples // (P * batch_size)
+    if steps == 0:
+        raise ConfigError(f"trainer.batch_size={batch_size} x cluster.world_size={P} = {P * batch_size} samples per "
+                          f"step, more than the {samples} training samples: lower one of them")
+    return steps
+
+
 class ShardedLoader:
     """Deterministic per-epoch shuffling and per-rank sharding of in-memory tensors.
 
@@ -18,13 +29,8 @@ class ShardedLoader:
     """
 
     def __init__(self, x: Tensor, y: Tensor, P: int, batch_size: int, seed: int) -> None:
-        if batch_size < 1:
-            raise ConfigError(f"trainer.batch_size={batch_size}: must be a positive integer (samples per worker)")
         self.x, self.y, self.P, self.b, self.seed = x, y, P, batch_size, seed
-        self.steps_per_epoch = x.shape[0] // (P * batch_size)
-        if self.steps_per_epoch == 0:
-            raise ConfigError(f"trainer.batch_size={batch_size} x cluster.world_size={P} = {P * batch_size} samples per "
-                              f"step, more than the {x.shape[0]} training samples: lower one of them")
+        self.steps_per_epoch = steps_per_epoch(x.shape[0], P, batch_size)
         self.epoch, self.perm = -1, torch.arange(0)
 
     def set_epoch(self, epoch: int) -> None:

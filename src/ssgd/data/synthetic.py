@@ -30,6 +30,21 @@ def _check_int(key: str, value: object, low: int) -> int:
     return value
 
 
+def synthetic_images_size(shape: Sequence[int] = (1, 28, 28), num_classes: int = 10, n_train: int = 2048,
+                          n_val: int = 512, noise: float = 1.0, seed: int = 0,
+                          name: str = "synthetic") -> tuple[int, DataSpec]:
+    """(training samples, spec) of `synthetic_images` with these arguments, checked, without drawing any."""
+    dims = tuple(shape)
+    if not dims or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in dims):
+        raise ConfigError(f"dataset.shape={list(dims)}: must be a non-empty list of positive ints")
+    _check_int("num_classes", num_classes, 2)
+    _check_int("n_train", n_train, 1)
+    _check_int("n_val", n_val, 1)
+    if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
+        raise ConfigError(f"dataset.noise={noise!r}: must be a finite number >= 0")
+    return n_train, DataSpec("image", dims, num_classes, name)
+
+
 def synthetic_images(shape: Sequence[int] = (1, 28, 28), num_classes: int = 10, n_train: int = 2048,
                      n_val: int = 512, noise: float = 1.0, seed: int = 0, name: str = "synthetic") -> TensorData:
     """Class-conditional Gaussian images: x = mean[y] + noise * N(0, I).
@@ -42,14 +57,8 @@ def synthetic_images(shape: Sequence[int] = (1, 28, 28), num_classes: int = 10, 
     Returns x float32 [N, *shape], y int64 [N] for train (n_train) and val (n_val);
     spec = DataSpec("image", tuple(shape), num_classes, name).
     """
-    dims = tuple(shape)
-    if not dims or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in dims):
-        raise ConfigError(f"dataset.shape={list(dims)}: must be a non-empty list of positive ints")
-    _check_int("num_classes", num_classes, 2)
-    _check_int("n_train", n_train, 1)
-    _check_int("n_val", n_val, 1)
-    if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
-        raise ConfigError(f"dataset.noise={noise!r}: must be a finite number >= 0")
+    _, spec = synthetic_images_size(shape, num_classes, n_train, n_val, noise, seed, name)
+    dims = spec.input_shape
     gen = rank_generator(seed, 0, "data/synthetic_images")
     means = torch.randn((num_classes, *dims), generator=gen)
 
@@ -60,7 +69,7 @@ def synthetic_images(shape: Sequence[int] = (1, 28, 28), num_classes: int = 10, 
 
     x_train, y_train = draw(n_train)
     x_val, y_val = draw(n_val)
-    return TensorData(DataSpec("image", dims, num_classes, name), x_train, y_train, x_val, y_val)
+    return TensorData(spec, x_train, y_train, x_val, y_val)
 
 
 def _markov_stream(vocab_size: int, length: int, gen: torch.Generator) -> Tensor:
@@ -84,6 +93,16 @@ def _markov_stream(vocab_size: int, length: int, gen: torch.Generator) -> Tensor
     return torch.tensor(stream, dtype=torch.int64)
 
 
+def synthetic_tokens_size(vocab_size: int = 10000, seq_len: int = 35, n_train: int = 1024, n_val: int = 256,
+                          seed: int = 0, name: str = "synthetic_ptb") -> tuple[int, DataSpec]:
+    """(training windows, spec) of `synthetic_tokens` with these arguments, checked, without drawing any."""
+    _check_int("vocab_size", vocab_size, 2)
+    _check_int("seq_len", seq_len, 1)
+    _check_int("n_train", n_train, 1)
+    _check_int("n_val", n_val, 1)
+    return n_train, DataSpec("tokens", (seq_len,), vocab_size, name)
+
+
 def synthetic_tokens(vocab_size: int = 10000, seq_len: int = 35, n_train: int = 1024, n_val: int = 256,
                      seed: int = 0, name: str = "synthetic_ptb") -> TensorData:
     """PTB-shaped language-model data: one Markov-chain token stream cut into windows.
@@ -94,13 +113,9 @@ def synthetic_tokens(vocab_size: int = 10000, seq_len: int = 35, n_train: int = 
     Returns x, y int64 [N, seq_len] with ids in [0, vocab_size);
     spec = DataSpec("tokens", (seq_len,), vocab_size, name).
     """
-    _check_int("vocab_size", vocab_size, 2)
-    _check_int("seq_len", seq_len, 1)
-    _check_int("n_train", n_train, 1)
-    _check_int("n_val", n_val, 1)
+    _, spec = synthetic_tokens_size(vocab_size, seq_len, n_train, n_val, seed, name)
     gen = rank_generator(seed, 0, "data/synthetic_tokens")
     windows = _markov_stream(vocab_size, (n_train + n_val) * (seq_len + 1), gen).view(-1, seq_len + 1)
     x, y = windows[:, :-1], windows[:, 1:]
-    return TensorData(DataSpec("tokens", (seq_len,), vocab_size, name),
-                      x[:n_train].contiguous(), y[:n_train].contiguous(),
+    return TensorData(spec, x[:n_train].contiguous(), y[:n_train].contiguous(),
                       x[n_train:].contiguous(), y[n_train:].contiguous())

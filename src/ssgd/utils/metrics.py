@@ -3,24 +3,70 @@
 Keys are slash-namespaced (`train/loss`, `time/comm_model_s`, ...). wandb receives the same records;
 its mode is `disabled`, `offline` (default: writes under the run directory, needs no network) or
 `online`. The run's name, group, tags and logged config come from `ssgd.utils.wandb_run.init_kwargs`.
+
+One run directory holds one run's records: a new run refuses a `metrics.jsonl` that already has records,
+and a resumed run keeps exactly the records its checkpoint had seen (`keep_records`), so that no step is
+logged twice. A resumed run continues its wandb run (`wandb_id`, saved in the checkpoint).
 """
 from __future__ import annotations
 
 import json
+import netrc
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+from ssgd.errors import ConfigError
 
 from ssgd.utils import wandb_run
 
 WANDB_MODES = ("disabled", "offline", "online")
+METRICS = "metrics.jsonl"
+ONLINE_INIT_TIMEOUT_S = 20.0      # wandb's own default (90 s) is how long a run without network waits silently
+
+
+def wandb_credentials() -> bool:
+    """Whether wandb.mode=online can log in: WANDB_API_KEY is set, or ~/.netrc (or $NETRC) has an entry for
+    the wandb host ($WANDB_BASE_URL, default api.wandb.ai), which is where `wandb login` saves the key."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def keep_metrics(path: Path, keep: int | None) -> int:
+    """Prepare `path` (metrics.jsonl) for a run; returns how many records it then holds.
+
+    keep None (a new run): the file must be absent or empty, else ConfigError. keep = n (a resumed run):
+    records after the first n, written after the checkpoint by the run that stopped, are dropped (the
+    resumed run writes them again), atomically."""
+    if not path.is_file():
+        return 0
+    lines = path.read_text().splitlines(keepends=True)
+    if keep is None:
+        if lines:
+            raise ConfigError(f"{path}: already holds the records of another run; one run directory holds one "
+                              "run (a new one gets its own; continue this one with trainer.resume=auto)")
+        return 0
+    if len(lines) > keep:
+        write_text_atomic(path, "".join(lines[:keep]))
+    return min(len(lines), keep)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to a temporary file, then rename: a crash never leaves a half-written file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 class MetricWriter:
@@ -28,28 +74,56 @@ class MetricWriter:
 
     def __init__(self, run_dir: str | Path, wandb_mode: str = "offline", project: str = "ssgd",
                  config: dict | None = None, name: str | None = None, enabled: bool = True,
+                 keep_records: int | None = None, wandb_id: str | None = None,
                  wandb_init: dict[str, Any] | None = None) -> None:
         if wandb_mode not in WANDB_MODES:
             raise ValueError(f"wandb_mode={wandb_mode!r}: must be one of {', '.join(WANDB_MODES)}")
         self.run_dir, self.enabled = Path(run_dir), enabled
         self.file = None
         self.wandb_run = None
+        self.records = 0                  # lines in metrics.jsonl (a checkpoint saves it: see keep_metrics)
         if not enabled:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.records = keep_metrics(self.run_dir / METRICS, keep_records)
+            self.file = open(self.run_dir / METRICS, "a", buffering=1)
+        except OSError as err:
+            raise ConfigError(f"{self.run_dir}: cannot write the run's outputs there ({err.strerror}); "
+                              "choose another directory with hydra.run.dir=...") from None
         if wandb_mode != "disabled":
-            import wandb  # imported lazily: ~1 s, and not needed when disabled
+            self.wandb_run = self._wandb(wandb_mode, project, config, name, wandb_id, wandb_init)
 
-            init = {"config": config, "name": name, **(wandb_init or {})}   # wandb_init: name, group, tags, ...
-            self.wandb_run = wandb.init(mode=wandb_mode, project=project, dir=str(self.run_dir),
-                                        reinit="finish_previous", **init)
-            wandb_run.define_summaries(self.wandb_run)
+    def _wandb(self, mode: str, project: str, config: dict | None, name: str | None, run_id: str | None,
+               wandb_init: dict[str, Any] | None) -> Any:
+        """wandb.init with `wandb_init` (name, group, tags, config: `ssgd.utils.wandb_run.init_kwargs`) over
+        `config`/`name`; a saved `run_id` continues that run."""
+        import wandb  # imported lazily: ~1 s, and not needed when disabled
+
+        timeout = float(os.environ.get("WANDB_INIT_TIMEOUT") or ONLINE_INIT_TIMEOUT_S)   # read here: wandb reads
+        settings = {"settings": wandb.Settings(init_timeout=timeout)} if mode == "online" else {}  # it once per process
+        try:
+            init = {"config": config, "name": name, **(wandb_init or {})}
+            run = wandb.init(mode=mode, project=project, dir=str(self.run_dir), reinit="finish_previous", id=run_id,
+                             resume="allow" if run_id else None, **init, **settings)
+        except Exception as err:      # wandb's errors (no key, no network) have no common base we can name
+            self.close()
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigError(f"wandb.mode={mode}: {first} (wandb.mode=offline needs no network; "
+                              "`wandb sync` uploads later)") from None
+        wandb_run.define_summaries(run)
+        return run
+
+    @property
+    def wandb_id(self) -> str | None:
+        """The wandb run's id (saved in checkpoints, so that a resumed run continues the same wandb run)."""
+        return None if self.wandb_run is None else self.wandb_run.id
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         self.file.write(json.dumps(record) + "\n")
+        self.records += 1
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=int(record["step"]))
 
