@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs profiles validate-model clean bench-dlbench bench-trainer bench
+.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -73,29 +73,37 @@ fig-scaling: $(STAMP)  ## scaling efficiency, comm time vs P, 32-worker breakdow
 fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling; achieved density -> paper_figs/out (~1 min)
 	$(PY) paper_figs/fig_selection.py $(ARGS)
 
-figs-runs: $(STAMP)  ## train the short runs the analysis figures read -> paper_figs/runs (~5 min; resumes)
-	$(PY) paper_figs/runs.py $(ARGS)
+# Figures: OUT = figure folder, RUNS = training-run folder, JOBS = runs trained at once (one thread each);
+# set them on the command line (make figs OUT=dir); the environment does not change them.
+FIGS_OUT  := paper_figs/out
+FIGS_RUNS := paper_figs/runs
+OUT  := $(FIGS_OUT)
+RUNS := $(FIGS_RUNS)
+JOBS := 2
+# figs-quick writes to outputs/figs-quick/ unless OUT / RUNS are given
+QUICK_OUT  = $(if $(filter $(FIGS_OUT),$(OUT)),outputs/figs-quick/out,$(OUT))
+QUICK_RUNS = $(if $(filter $(FIGS_RUNS),$(RUNS)),outputs/figs-quick/runs,$(RUNS))
 
-fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM)
-	$(PY) paper_figs/runs.py --figure histograms
-	$(PY) paper_figs/fig_histograms.py $(ARGS)
+figs-runs: $(STAMP)  ## train the runs the analysis and convergence figures read -> RUNS (resumes; JOBS=2)
+	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) $(ARGS)
 
-fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio
-	$(PY) paper_figs/runs.py --figure bounds
-	$(PY) paper_figs/fig_bounds.py $(ARGS)
+fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM) -> OUT
+	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) --figure histograms
+	$(PY) paper_figs/fig_histograms.py --runs $(RUNS) --out $(OUT) $(ARGS)
 
-fig-convergence: $(STAMP)  ## loss / val acc vs epoch and modelled time: dense, Top-k, gTop-k, Gaussian-k, Random-k
-	$(PY) paper_figs/runs.py --figure convergence
-	$(PY) paper_figs/fig_convergence.py $(ARGS)
+fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio -> OUT
+	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) --figure bounds
+	$(PY) paper_figs/fig_bounds.py --runs $(RUNS) --out $(OUT) $(ARGS)
 
-figs: $(STAMP)  ## every figure + paper_figs/README.md (~5 min on 2 cores; runs kept in paper_figs/runs)
-	$(PY) paper_figs/runs.py
-	$(PY) paper_figs/fig_histograms.py
-	$(PY) paper_figs/fig_bounds.py
-	$(PY) paper_figs/fig_convergence.py
-	$(PY) paper_figs/fig_selection.py
-	$(PY) paper_figs/fig_scaling.py
-	$(PY) paper_figs/readme.py
+fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups, time to accuracy -> OUT (~12 min)
+	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) --figure convergence
+	$(PY) paper_figs/fig_convergence.py --runs $(RUNS) --out $(OUT) $(ARGS)
+
+figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~15 min on 2 quiet cores; resumes)
+	$(PY) paper_figs/make_figs.py --out $(OUT) --runs $(RUNS) --jobs $(JOBS)
+
+figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~2-3 min)
+	$(PY) paper_figs/make_figs.py --quick --out $(QUICK_OUT) --runs $(QUICK_RUNS) --jobs $(JOBS)
 
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
 	$(PY) -m ssgd.perf.make_profiles
