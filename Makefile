@@ -73,34 +73,31 @@ fig-scaling: $(STAMP)  ## scaling efficiency, comm time vs P, 32-worker breakdow
 fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling; achieved density -> paper_figs/out (~1 min)
 	$(PY) paper_figs/fig_selection.py $(ARGS)
 
-# Figures: OUT = figure folder, RUNS = training-run folder, JOBS = runs trained at once (one thread each);
-# set them on the command line (make figs OUT=dir); the environment does not change them.
-FIGS_OUT  := paper_figs/out
-FIGS_RUNS := paper_figs/runs
-OUT  := $(FIGS_OUT)
-RUNS := $(FIGS_RUNS)
-JOBS := 2
-# figs-quick writes to outputs/figs-quick/ unless OUT / RUNS are given
-QUICK_OUT  = $(if $(filter $(FIGS_OUT),$(OUT)),outputs/figs-quick/out,$(OUT))
-QUICK_RUNS = $(if $(filter $(FIGS_RUNS),$(RUNS)),outputs/figs-quick/runs,$(RUNS))
+# Figures: OUT=dir (figure folder, default paper_figs/out), RUNS=dir (training runs, default paper_figs/runs),
+# JOBS=n (runs trained at once, one thread each; default 2). figs-quick defaults to outputs/figs-quick/.
+FIGS_OUT   = $(or $(OUT),paper_figs/out)
+FIGS_RUNS  = $(or $(RUNS),paper_figs/runs)
+QUICK_OUT  = $(or $(OUT),outputs/figs-quick/out)
+QUICK_RUNS = $(or $(RUNS),outputs/figs-quick/runs)
+JOBS ?= 2
 
-figs-runs: $(STAMP)  ## train the runs the analysis and convergence figures read -> RUNS (resumes; JOBS=2)
-	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) $(ARGS)
+figs-runs: $(STAMP)  ## train the runs the analysis and convergence figures read -> paper_figs/runs or RUNS= (resumes; JOBS=2)
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) $(ARGS)
 
-fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM) -> OUT
-	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) --figure histograms
-	$(PY) paper_figs/fig_histograms.py --runs $(RUNS) --out $(OUT) $(ARGS)
+fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM) -> paper_figs/out or OUT=
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure histograms
+	$(PY) paper_figs/fig_histograms.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio -> OUT
-	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) --figure bounds
-	$(PY) paper_figs/fig_bounds.py --runs $(RUNS) --out $(OUT) $(ARGS)
+fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio -> paper_figs/out or OUT=
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure bounds
+	$(PY) paper_figs/fig_bounds.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups, time to accuracy -> OUT (~12 min)
-	$(PY) paper_figs/runs.py --out $(RUNS) --jobs $(JOBS) --figure convergence
-	$(PY) paper_figs/fig_convergence.py --runs $(RUNS) --out $(OUT) $(ARGS)
+fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~12 min)
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure convergence
+	$(PY) paper_figs/fig_convergence.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
 figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~15 min on 2 quiet cores; resumes)
-	$(PY) paper_figs/make_figs.py --out $(OUT) --runs $(RUNS) --jobs $(JOBS)
+	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)
 
 figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~2-3 min)
 	$(PY) paper_figs/make_figs.py --quick --out $(QUICK_OUT) --runs $(QUICK_RUNS) --jobs $(JOBS)

@@ -37,17 +37,17 @@ def crop_flip(x: Tensor, offsets: Tensor, flip: Tensor, padding: int,
               fill: Sequence[float] | Tensor | None = None) -> Tensor:
     """The deterministic part of `random_crop_flip`: image i is rows offsets[0, i] ... + H - 1 and
     columns offsets[1, i] ... + W - 1 of x[i] padded by `padding` pixels of `fill` (per channel; None: 0),
-    mirrored left-right when flip[i]. One gather for the whole batch (no per-image loop)."""
+    mirrored left-right when flip[i]. One `torch.gather` for the whole batch (no per-image loop)."""
     n, c, h, w = x.shape
-    padded = torch.empty((n, c, h + 2 * padding, w + 2 * padding), dtype=x.dtype, device=x.device)
+    wide = w + 2 * padding
+    padded = torch.empty((n, c, h + 2 * padding, wide), dtype=x.dtype, device=x.device)
     padded[:] = (torch.zeros(c) if fill is None else torch.as_tensor(fill)).to(x).view(1, c, 1, 1)
     padded[:, :, padding:padding + h, padding:padding + w] = x
-    rows = (offsets[0, :, None] + torch.arange(h)).to(x.device)                  # [N, H]
+    rows = offsets[0, :, None] + torch.arange(h)                                  # [N, H]
     cols = offsets[1, :, None] + torch.arange(w)                                  # [N, W]
-    cols = torch.where(flip[:, None], cols.flip(1), cols).to(x.device)
-    batch = torch.arange(n, device=x.device)[:, None, None, None]
-    channel = torch.arange(c, device=x.device)[None, :, None, None]
-    return padded[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    flat = (rows[:, :, None] * wide + cols[:, None, :]).view(n, 1, h * w).expand(n, c, h * w).to(x.device)
+    return torch.gather(padded.view(n, c, -1), 2, flat).view(n, c, h, w)
 
 
 class AugmentedImages:
