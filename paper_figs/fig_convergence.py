@@ -16,6 +16,10 @@ measured compute and compression plus the alpha-beta time of the collective on t
 the modelled time to reach the figure's target validation accuracy (mean, min-max over seeds; seeds that
 never reach it are counted, not averaged in).
 
+The modelled time is only as steady as this machine's timings: on a shared machine the measured compute
+varies with the load (the title gives its range over the runs); the steps to the target and the
+communication part (hatched) do not.
+
 Writes, per figure F, fig_convergence_F.{png,pdf,csv} (the plotted means and bands) and, for all figures,
 convergence_summary.csv (one row per figure and series: seeds, densities, final / best accuracy, steps and
 modelled seconds to the target). Runs of the quick profile (`make figs-quick`) write *_quick files with a
@@ -234,7 +238,11 @@ def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, l
         ax.tick_params(labelsize=7)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
     quick = "QUICK PREVIEW, not the full figure (make figs-quick). " if info["profile"] == "quick" else ""
-    fig.suptitle(f"{quick}{info['title']}\n{setting_line(first.run, n_seeds, steps)}", fontsize=9)
+    compute = [1e3 * r.run.summary.get("time/compute_s", math.nan) for s in series for r in s.runs]
+    fig.suptitle(f"{quick}{info['title']}\n{setting_line(first.run, n_seeds, steps)}\nmodelled time = this machine's "
+                 f"measured compute, compression and update (compute per worker and step: {min(compute):.1f}-"
+                 f"{max(compute):.1f} ms over the runs; the spread is the machine's load) + alpha-beta "
+                 f"communication on {cluster}", fontsize=9)
     fig.tight_layout(rect=(0, 0.03 + 0.022 * ((len(series) + 1) // 2), 1, 1))
     return fig, rows, summary
 
