@@ -134,3 +134,27 @@ def seed_band(series: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray
     n = min(len(x) for x in series)
     a = np.array([np.asarray(x[:n], dtype=np.float64) for x in series])
     return a.mean(axis=0), a.min(axis=0), a.max(axis=0)
+
+
+def density_phases(steps: Sequence[int], achieved: Sequence[float], target: Sequence[float],
+                   density: float, parts: int = 3) -> list[tuple[int, int, float]]:
+    """Achieved / target density, averaged over the steps of each phase: the density warm-up (records
+    whose target is not `density`; left out when there are none), then `parts` spans of about equal
+    numbers of steps. Returns (first step, last step, ratio) per phase; a phase is a run of whole
+    records, so its bounds are record steps."""
+    s = np.asarray(steps, dtype=np.float64)
+    w = interval_lengths(steps)
+    ratio = np.asarray(achieved, dtype=np.float64) / np.asarray(target, dtype=np.float64)
+    warm = ~np.isclose(np.asarray(target, dtype=np.float64), density, rtol=1e-9, atol=0.0)
+    n_warm = int(np.argmin(warm)) if not warm.all() else len(warm)
+    cuts = [0, n_warm] if n_warm else [0]
+    start = s[n_warm - 1] if n_warm else 0.0
+    for i in range(1, parts + 1):      # the first record whose step reaches each share of the rest
+        cuts.append(int(np.searchsorted(s, start + (s[-1] - start) * i / parts, side="left")) + 1)
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        b = min(b, len(s))
+        if b > a:
+            out.append((int(s[a - 1]) + 1 if a else 1, int(s[b - 1]),
+                        float(np.sum(w[a:b] * ratio[a:b]) / np.sum(w[a:b]))))
+    return out

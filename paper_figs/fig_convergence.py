@@ -22,8 +22,9 @@ communication part (hatched) do not.
 
 Writes, per figure F, fig_convergence_F.{png,pdf,csv} (the plotted means and bands) and, for all figures,
 convergence_summary.csv (one row per figure and series: seeds, densities, final / best accuracy, steps and
-modelled seconds to the target). Runs of the quick profile (`make figs-quick`) write *_quick files with a
-QUICK title.
+modelled seconds to the target) and convergence_density_phases.csv (achieved / target density in the
+density warm-up and in each third of the remaining steps: how Gaussian-k's count drifts). Runs of the
+quick profile (`make figs-quick`) write *_quick files with a QUICK title.
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ class SeedRun:
     val_time: np.ndarray
     achieved: float             # mean over steps of density/achieved
     achieved_steady: float      # the same after the density warm-up
+    phases: list                # (first step, last step, achieved / target) of the warm-up and 3 later spans
     iter_model_s: float         # mean modelled seconds per iteration
 
     @classmethod
@@ -75,6 +77,8 @@ class SeedRun:
                    np.array([m["val/acc"] for m in val]), an.time_at(steps, iter_s, val_steps),
                    an.step_mean(steps, [m["density/achieved"] for m in train]),
                    an.steady_density(steps, [m["density/achieved"] for m in train],
+                                     [m["density/target"] for m in train], run.density),
+                   an.density_phases(steps, [m["density/achieved"] for m in train],
                                      [m["density/target"] for m in train], run.density),
                    an.step_mean(steps, iter_s))
 
@@ -147,7 +151,9 @@ def group(runs: list[Run], default_target: float) -> dict[str, tuple[dict, list[
     for fig, by_key in figures.items():
         series = [Series(key, labels[(fig, key)], sorted((SeedRun.of(r) for r in rs), key=lambda s: s.seed))
                   for key, rs in by_key.items()]
-        series.sort(key=lambda s: (ORDER.index(s.scheme) if s.scheme in ORDER else len(ORDER), s.density, s.key))
+        # by scheme; within a scheme the plain series first, then its variants (other densities, options)
+        series.sort(key=lambda s: (ORDER.index(s.scheme) if s.scheme in ORDER else len(ORDER), s.key != s.scheme,
+                                   s.density, s.key))
         out[fig] = (infos[fig], series)
     return out
 
@@ -169,7 +175,8 @@ def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, l
     rows: list[list] = []
     summary: list[list] = []
     sparse = [s for s in series if s.scheme != "dense"] or series
-    first = sparse[0].runs[0]
+    common = max({s.density for s in sparse}, key=lambda d: sum(s.density == d for s in sparse))
+    first = next(s for s in sparse if s.density == common).runs[0]      # the figure's configured density
     cluster = first.run.summary.get("cluster")
     n_seeds = max(len(s.runs) for s in series)
     steps = int(max(r.steps[-1] for s in series for r in s.runs))
@@ -262,6 +269,26 @@ SUMMARY_HEADER = ["figure", "series", "label", "scheme", "seeds", "steps", "clus
                   "comm_model_ms", "compute_ms_mean", "compute_ms_min", "compute_ms_max"]
 
 
+PHASE_HEADER = ["figure", "series", "label", "seeds", "phase", "first_step", "last_step",
+                "achieved_over_target_mean", "achieved_over_target_min", "achieved_over_target_max"]
+
+
+def phase_rows(s: Series) -> list[list]:
+    """How the achieved density drifts: per phase (density warm-up, then thirds of the rest), achieved /
+    target over its steps, mean, min and max over seeds."""
+    if s.scheme == "dense":
+        return []
+    fig = str(info_of(s.runs[0].run).get("figure", ""))
+    n = min(len(r.phases) for r in s.runs)
+    names = (["warm-up"] if n == 4 else []) + ["first third", "second third", "last third"]
+    rows = []
+    for i in range(n):
+        ratios = [r.phases[i][2] for r in s.runs]
+        rows.append([fig, s.key, s.label, len(s.runs), names[i] if len(names) == n else str(i),
+                     s.runs[0].phases[i][0], s.runs[0].phases[i][1], float(np.mean(ratios)), min(ratios), max(ratios)])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(RUNS), help="folder searched for run directories")
@@ -282,9 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                             else "")
         for path in save(fig, out, stem, ROW_HEADER, rows):
             print(f"wrote {path}")
-    path = out / ("convergence_summary_quick.csv" if quick else "convergence_summary.csv")
+    suffix = "_quick" if quick else ""
+    path = out / f"convergence_summary{suffix}.csv"
     write_csv(path, SUMMARY_HEADER, summary)
-    print(f"wrote {path}")
+    phases = out / f"convergence_density_phases{suffix}.csv"
+    write_csv(phases, PHASE_HEADER, [row for _, (_, series) in sorted(figures.items()) for s in series
+                                     for row in phase_rows(s)])
+    for p in (path, phases):
+        print(f"wrote {p}")
     return 0
 
 

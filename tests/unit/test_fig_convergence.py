@@ -64,6 +64,11 @@ def test_analysis_helpers_by_hand():
     assert np.isnan(an.steady_density([10], [1.0], [0.004], 0.001))
     assert an.time_at([10, 20], [0.1, 0.2], [0, 5, 10, 15, 20]).tolist() == pytest.approx([0, 0.5, 1, 2, 3])
     assert an.first_reach([20, 40, 60], [0.5, 0.91, 0.95], 0.9) == 40 and an.first_reach([20], [0.5], 0.9) is None
+    # phases: the warm-up records (target 0.004), then thirds of the remaining steps 21-80
+    assert an.density_phases([10, 20, 30, 40, 50, 60, 70, 80], [8, 8, 3, 3, 3, 3, 3, 6],
+                             [0.004, 0.004] + [0.001] * 6, 0.001) == [
+        (1, 20, 2000.0), (21, 40, 3000.0), (41, 60, 3000.0), (61, 80, 4500.0)]   # exact in binary: 8/0.004 ...
+    assert an.density_phases([10, 20, 30], [1, 2, 3], [1, 1, 1], 1.0) == [(1, 10, 1.0), (11, 20, 2.0), (21, 30, 3.0)]
     mean, lo, hi = an.seed_band([[1.0, 2.0, 3.0], [3.0, 4.0]])
     assert mean.tolist() == [2.0, 3.0] and lo.tolist() == [1.0, 2.0] and hi.tolist() == [3.0, 4.0]
 
@@ -89,6 +94,11 @@ def test_seeds_aggregate_and_time_to_accuracy_is_the_hand_computed_one(tmp_path)
     assert float(t["density_achieved_after_warmup"]) == pytest.approx(0.003)
     assert float(t["final_val_acc_mean"]) == pytest.approx((0.94 + 0.94 + 0.85) / 3)
     assert float(t["final_val_acc_min"]) == pytest.approx(0.85)
+    phases = rows_of(tmp_path / "out" / "convergence_density_phases.csv")
+    assert [(r["phase"], r["first_step"], r["last_step"]) for r in phases] == [
+        ("warm-up", "1", "20"), ("first third", "21", "50"), ("second third", "51", "80"), ("last third", "81", "100")]
+    assert float(phases[0]["achieved_over_target_mean"]) == pytest.approx(2.0)    # 0.008 sent at target 0.004
+    assert float(phases[1]["achieved_over_target_mean"]) == pytest.approx(3.0)
     d = summary["dense"]
     assert d["reached"] == "3/3" and float(d["time_to_target_s_mean"]) == pytest.approx(0.4)   # 20 x 0.02 s
     # one legend entry per series (never one per seed), with the achieved density in it

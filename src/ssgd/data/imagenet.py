@@ -9,15 +9,17 @@ class folders (as torchvision's `ImageNet` class or the usual `valprep.sh` do).
 The images are never all decoded: x_train and x_val are `ImageFiles` objects that decode the
 requested files when indexed, as the trainer does (`x[idx]` with an int64 index tensor for a
 batch, `x[a:b]` when evaluating). With `workers` > 0 a pool of that many background threads decodes
-the images of a batch in parallel (torchvision's decoders and resize run in C++ and release the
-Python lock), and the loader has each rank's next batch decoded while the current one trains; the
-rows, their order and their values are those of the serial decoding (tested). Each image goes through torchvision.io (`read_file`,
-`decode_image` to RGB) and torchvision.transforms.v2 functional ops: the shorter side resized to
-`resize_size` (default 256 for 224, ratio 8/7), centre crop `image_size` x `image_size`, scale to
-[0, 1], normalise with the ImageNet mean / std. That is the standard evaluation transform, used for
-training too: random crops and flips are NOT applied, so loading is deterministic (augmentation
-would need per-rank generators). The gTop-k code trains with RandomResizedCrop(224) and flips, from
-an HDF5 copy of the data (hclhkbu/gtopkssgd dl_trainer.py `imagenet_prepare`).
+the images of a batch in parallel (the decoding and resizing are torch operators, which run outside
+Python's lock), and the loader has each rank's next batch decoded while the current one trains; the
+rows, their order and their values are those of the serial decoding (tested).
+
+Each image goes through torchvision.io (`read_file`, `decode_image` to RGB) and
+torchvision.transforms.v2 functional ops: the shorter side resized to `resize_size` (default 256
+for 224, ratio 8/7), centre crop `image_size` x `image_size`, scale to [0, 1], normalise with the
+ImageNet mean / std. That is the standard evaluation transform, used for training too: random
+crops and flips are NOT applied. The gTop-k code trains with RandomResizedCrop(224) and flips, from an
+HDF5 copy of the data (hclhkbu/gtopkssgd dl_trainer.py `imagenet_prepare`); a per-batch transform like
+CIFAR-10's (`ssgd.data.augment`, drawn per rank and step by the loader) is where it would go.
 
 torchvision is imported when the first image is decoded, not with this module: its import costs
 about 2 s.
