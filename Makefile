@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs profiles validate-model clean bench-dlbench bench-trainer bench
+.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -86,29 +86,34 @@ fig-scaling: $(STAMP)  ## scaling model + paper-calibrated fit, comm time vs P, 
 fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling, interleaved; density -> paper_figs/out (~1.5 min; OUT=dir)
 	$(PY) paper_figs/fig_selection.py --out $(CHARTS_DIR) --results-dir $(RESULTS_DIR) $(ARGS)
 
-figs-runs: $(STAMP)  ## train the short runs the analysis figures read -> paper_figs/runs (~5 min; resumes)
-	$(PY) paper_figs/runs.py $(ARGS)
+# Figures: OUT=dir (figure folder, default paper_figs/out), RUNS=dir (training runs, default paper_figs/runs),
+# JOBS=n (runs trained at once, one thread each; default 2). figs-quick defaults to outputs/figs-quick/.
+FIGS_OUT   = $(or $(OUT),paper_figs/out)
+FIGS_RUNS  = $(or $(RUNS),paper_figs/runs)
+QUICK_OUT  = $(or $(OUT),outputs/figs-quick/out)
+QUICK_RUNS = $(or $(RUNS),outputs/figs-quick/runs)
+JOBS ?= 2
 
-fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM)
-	$(PY) paper_figs/runs.py --figure histograms
-	$(PY) paper_figs/fig_histograms.py $(ARGS)
+figs-runs: $(STAMP)  ## train the runs the analysis and convergence figures read -> paper_figs/runs or RUNS= (resumes; JOBS=2)
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) $(ARGS)
 
-fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio
-	$(PY) paper_figs/runs.py --figure bounds
-	$(PY) paper_figs/fig_bounds.py $(ARGS)
+fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM) -> paper_figs/out or OUT=
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure histograms
+	$(PY) paper_figs/fig_histograms.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-fig-convergence: $(STAMP)  ## loss / val acc vs epoch and modelled time: dense, Top-k, gTop-k, Gaussian-k, Random-k
-	$(PY) paper_figs/runs.py --figure convergence
-	$(PY) paper_figs/fig_convergence.py $(ARGS)
+fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio -> paper_figs/out or OUT=
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure bounds
+	$(PY) paper_figs/fig_bounds.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-figs: $(STAMP)  ## every figure + paper_figs/README.md (~5 min on 2 cores; runs kept in paper_figs/runs)
-	$(PY) paper_figs/runs.py
-	$(PY) paper_figs/fig_histograms.py
-	$(PY) paper_figs/fig_bounds.py
-	$(PY) paper_figs/fig_convergence.py
-	$(PY) paper_figs/fig_selection.py
-	$(PY) paper_figs/fig_scaling.py
-	$(PY) paper_figs/readme.py
+fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~13 min)
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure convergence
+	$(PY) paper_figs/fig_convergence.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
+
+figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~17 min on 2 idle cores; resumes)
+	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)
+
+figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~2-3 min)
+	$(PY) paper_figs/make_figs.py --quick --out $(QUICK_OUT) --runs $(QUICK_RUNS) --jobs $(JOBS)
 
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
 	$(PY) -m ssgd.tools.make_profiles

@@ -1,4 +1,9 @@
-"""The numbers behind the analysis figures, on numpy arrays (papers.md 2.4, 5). No plotting here.
+"""The numbers behind the analysis and convergence figures, on numpy arrays. No plotting here.
+
+Sources: Gaussian-k's threshold and the Top-k bounds from Shi, Chu, Cheung, See, "Understanding Top-k
+Sparsification in Distributed Deep Learning" (arXiv:1911.08772) and its released code
+hclhkbu/GaussianK-SGD (compression.py); the delta ratio from Shi et al., "A Convergence Analysis of
+Distributed SGD with Communication-Efficient Gradient Sparsification" (IJCAI 2019).
 
 Pure functions, tested on hand-made inputs in tests/unit/test_analysis.py.
 """
@@ -55,14 +60,15 @@ def qq_points(u: np.ndarray, n: int = 199, lo: float = 1e-4) -> tuple[np.ndarray
 
 def tail_share_ratio(u: np.ndarray, density: float) -> float:
     """Share of u with |u - mean| > Phi^-1(1 - density/2) * std, divided by `density`: 1 for a Gaussian u.
-    It is how many entries Gaussian-k's first threshold selects, relative to k (papers.md 2.4)."""
+    It is how many entries Gaussian-k's first threshold selects, relative to k (GaussianK-SGD compression.py)."""
     mean, std = normal_fit(u)
     thr = norm.ppf(1.0 - density / 2.0) * std
     return float(np.mean(np.abs(np.asarray(u, dtype=np.float64) - mean) > thr)) / density
 
 
 def bounds(k: int, d: int) -> tuple[float, float]:
-    """The two Top-k bounds on ||u - TopK(u)||^2 / ||u||^2: (1 - k/d, (1 - k/d)^2) (papers.md 5)."""
+    """The two Top-k bounds on ||u - TopK(u)||^2 / ||u||^2: (1 - k/d, (1 - k/d)^2)
+    (the second is the Top-k paper's, for bell-shaped u; the first holds for any u)."""
     r = 1.0 - k / d
     return r, r * r
 
@@ -70,7 +76,7 @@ def bounds(k: int, d: int) -> tuple[float, float]:
 def epoch_delta(epochs: Sequence[float], err_scheme: Sequence[float],
                 err_randk: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """IJCAI delta per epoch: mean over the epoch's records of ||x - A(x)||^2 divided by the same mean
-    of ||x - RandK(x)||^2 (papers.md 5). `epochs` are the integer epochs of the records."""
+    of ||x - RandK(x)||^2 (IJCAI 2019 norm figure). `epochs` are the integer epochs of the records."""
     e = np.asarray(epochs, dtype=np.int64)
     a, b = np.asarray(err_scheme, dtype=np.float64), np.asarray(err_randk, dtype=np.float64)
     keys = np.unique(e)
@@ -82,3 +88,73 @@ def modelled_time(steps: Sequence[int], iter_model_s: Sequence[float]) -> np.nda
     steps since the previous record, so time = sum of mean * (step - previous step)."""
     s = np.asarray(steps, dtype=np.float64)
     return np.cumsum(np.asarray(iter_model_s, dtype=np.float64) * np.diff(s, prepend=0.0))
+
+
+def interval_lengths(steps: Sequence[int]) -> np.ndarray:
+    """Steps each metrics record covers: records hold means over the steps since the previous record."""
+    return np.diff(np.asarray(steps, dtype=np.float64), prepend=0.0)
+
+
+def steady_density(steps: Sequence[int], achieved: Sequence[float], target: Sequence[float],
+                   density: float) -> float:
+    """Mean over training steps of the achieved density, over the records whose target density is
+    `density` (the steps after the density warm-up; a record that straddles the warm-up's end is left
+    out). NaN when no record qualifies."""
+    w = interval_lengths(steps)
+    keep = np.isclose(np.asarray(target, dtype=np.float64), density, rtol=1e-9, atol=0.0)
+    if not keep.any():
+        return math.nan
+    return float(np.sum(w[keep] * np.asarray(achieved, dtype=np.float64)[keep]) / np.sum(w[keep]))
+
+
+def step_mean(steps: Sequence[int], values: Sequence[float]) -> float:
+    """Mean over training steps of a per-record interval mean (e.g. density/achieved over a whole run)."""
+    w = interval_lengths(steps)
+    return float(np.sum(w * np.asarray(values, dtype=np.float64)) / np.sum(w)) if w.sum() > 0 else math.nan
+
+
+def time_at(steps: Sequence[int], iter_model_s: Sequence[float], at: Sequence[float]) -> np.ndarray:
+    """Cumulative modelled time after step `at` (0 at step 0), linear within a record's interval
+    (exact at the records' own steps, where it equals `modelled_time`)."""
+    s = np.concatenate([[0.0], np.asarray(steps, dtype=np.float64)])
+    t = np.concatenate([[0.0], modelled_time(steps, iter_model_s)])
+    return np.interp(np.asarray(at, dtype=np.float64), s, t)
+
+
+def first_reach(steps: Sequence[int], acc: Sequence[float], target: float) -> int | None:
+    """The first step whose validation accuracy is >= target, or None if it never is."""
+    for s, a in zip(steps, acc):
+        if a >= target:
+            return int(s)
+    return None
+
+
+def seed_band(series: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, min, max) over seeds, pointwise, of equally long series (cut to the shortest first)."""
+    n = min(len(x) for x in series)
+    a = np.array([np.asarray(x[:n], dtype=np.float64) for x in series])
+    return a.mean(axis=0), a.min(axis=0), a.max(axis=0)
+
+
+def density_phases(steps: Sequence[int], achieved: Sequence[float], target: Sequence[float],
+                   density: float, parts: int = 3) -> list[tuple[int, int, float]]:
+    """Achieved / target density, averaged over the steps of each phase: the density warm-up (records
+    whose target is not `density`; left out when there are none), then `parts` spans of about equal
+    numbers of steps. Returns (first step, last step, ratio) per phase; a phase is a run of whole
+    records, so its bounds are record steps."""
+    s = np.asarray(steps, dtype=np.float64)
+    w = interval_lengths(steps)
+    ratio = np.asarray(achieved, dtype=np.float64) / np.asarray(target, dtype=np.float64)
+    warm = ~np.isclose(np.asarray(target, dtype=np.float64), density, rtol=1e-9, atol=0.0)
+    n_warm = int(np.argmin(warm)) if not warm.all() else len(warm)
+    cuts = [0, n_warm] if n_warm else [0]
+    start = s[n_warm - 1] if n_warm else 0.0
+    for i in range(1, parts + 1):      # the first record whose step reaches each share of the rest
+        cuts.append(int(np.searchsorted(s, start + (s[-1] - start) * i / parts, side="left")) + 1)
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        b = min(b, len(s))
+        if b > a:
+            out.append((int(s[a - 1]) + 1 if a else 1, int(s[b - 1]),
+                        float(np.sum(w[a:b] * ratio[a:b]) / np.sum(w[a:b]))))
+    return out

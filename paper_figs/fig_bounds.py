@@ -1,4 +1,8 @@
-"""||u - TopK(u)||^2 / ||u||^2 over training against the bounds, and the IJCAI delta ratio (papers.md 5).
+"""||u - TopK(u)||^2 / ||u||^2 over training against the bounds, and the IJCAI delta ratio.
+
+Bounds: Shi, Chu, Cheung, See, "Understanding Top-k Sparsification in Distributed Deep Learning"
+(arXiv:1911.08772); delta ratio: Shi et al., "A Convergence Analysis of Distributed SGD with
+Communication-Efficient Gradient Sparsification" (IJCAI 2019).
 
     python paper_figs/fig_bounds.py [--runs paper_figs/runs] [--out paper_figs/out]
 
@@ -45,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             ax.plot(steps, [s[key] for s in stats], style, lw=1, label=label)
         ax.set_title(f"{run.model}, Top-k, rho = {run.density:g}", fontsize=9)
         ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel("||u - C(u)||^2 / ||u||^2", fontsize=8)
         ax.tick_params(labelsize=7)
         if col == 0:
-            ax.set_ylabel("||u - C(u)||^2 / ||u||^2", fontsize=8)
             ax.legend(fontsize=7)
         rows += [[run.path.name, run.model, run.scheme, run.density, s["step"], s["epoch"], s["ratio/topk"],
                   s["ratio/randk"], s["bound/linear"], s["bound/square"], s["u/kurtosis"]] for s in stats]

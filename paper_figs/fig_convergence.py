@@ -1,74 +1,322 @@
-"""Training loss and validation accuracy vs epoch and vs modelled wall time, per scheme (convergence).
+"""Convergence of each scheme under the same warm-ups, over seeds, with the modelled time to accuracy.
 
     python paper_figs/fig_convergence.py [--runs paper_figs/runs] [--out paper_figs/out]
 
-Reads metrics.jsonl and summary.json of every run under --runs that has no capture statistics (the
-convergence runs; runs with capture are the histogram / bounds runs), groups them by (model, dataset).
-Panels: training loss vs epoch, validation accuracy vs epoch, training loss vs modelled wall time on the
-run's cluster (cumulative `time/iter_model_s`: this machine's measured compute and compression plus
-the alpha-beta communication model of the cluster, README "What a run does"). One curve per scheme.
-Writes fig_convergence.{png,pdf,csv}.
+Reads metrics.jsonl, summary.json and .hydra/config.yaml of every run under --runs that has no capture
+statistics (runs with capture are the histogram / bounds runs). Runs trained by paper_figs/runs.py carry a
+run_info.json (figure, series, legend label, seed, profile, target accuracy, from paper_figs/figures.yaml);
+other runs (e.g. a Hydra multirun of an experiment) form one figure whose series are the compressors (and
+densities, when a compressor ran at several), with targets from --target-acc.
+
+Seeds aggregate: each series is one legend entry, its mean over seeds as a line and the min-max over
+seeds as a band. The legend gives the configured density and the achieved one (density/achieved averaged
+over all training steps, then over seeds). Panels: training loss vs epoch; validation accuracy vs epoch;
+validation accuracy vs modelled time on the run's cluster (cumulative time/iter_model_s: this machine's
+measured compute and compression plus the alpha-beta time of the collective on the target network); and
+the modelled time to reach the figure's target validation accuracy (mean, min-max over seeds; seeds that
+never reach it are counted, not averaged in).
+
+The modelled time is only as steady as this machine's timings: on a shared machine the measured compute
+varies with the load (the title gives its range over the runs); the steps to the target and the
+communication part (hatched) do not.
+
+Writes, per figure F, fig_convergence_F.{png,pdf,csv} (the plotted means and bands) and, for all figures,
+convergence_summary.csv (one row per figure and series: seeds, densities, final / best accuracy, steps and
+modelled seconds to the target) and convergence_density_phases.csv (achieved / target density in the
+density warm-up and in each third of the remaining steps: how Gaussian-k's count drifts). Runs of the
+quick profile (`make figs-quick`) write *_quick files with a QUICK title.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 import analysis as an
-from figlib import OUT, RUNS, Run, find_runs, plt, require, save
+from figlib import OUT, RUNS, Run, find_runs, plt, read_json, require, save, write_csv
 
-ORDER = ("dense", "topk", "gtopk", "gaussiank", "randomk")
+ORDER = ("dense", "topk", "gtopk", "gaussiank", "randomk", "dgcsampling")
 
 
-def curves(run: Run) -> dict[str, list]:
-    """Per-record series of one run: train records (step, epoch, loss, modelled time) and val records."""
-    train = [m for m in run.metrics if "train/loss" in m]
-    val = [m for m in run.metrics if "val/acc" in m]
-    t = an.modelled_time([m["step"] for m in train], [m["time/iter_model_s"] for m in train])
-    return {"step": [m["step"] for m in train], "epoch": [m["epoch"] for m in train],
-            "loss": [m["train/loss"] for m in train], "time": list(t),
-            "val_epoch": [m["epoch"] for m in val], "val_acc": [m["val/acc"] for m in val]}
+@dataclass
+class SeedRun:
+    """The numbers of one run that the figure needs."""
+
+    run: Run
+    seed: int
+    steps: np.ndarray           # train records
+    epochs: np.ndarray
+    loss: np.ndarray
+    iter_s: np.ndarray          # modelled seconds per iteration, interval means of the train records
+    comm_s: np.ndarray          # the alpha-beta communication part of it
+    time: np.ndarray            # cumulative modelled seconds at each train record
+    val_steps: np.ndarray
+    val_epochs: np.ndarray
+    val_acc: np.ndarray
+    val_time: np.ndarray
+    achieved: float             # mean over steps of density/achieved
+    achieved_steady: float      # the same after the density warm-up
+    phases: list                # (first step, last step, achieved / target) of the warm-up and 3 later spans
+    iter_model_s: float         # mean modelled seconds per iteration
+
+    @classmethod
+    def of(cls, run: Run) -> SeedRun:
+        train = [m for m in run.metrics if "train/loss" in m]
+        val = [m for m in run.metrics if "val/acc" in m]
+        steps = [m["step"] for m in train]
+        iter_s = [m["time/iter_model_s"] for m in train]
+        val_steps = np.array([m["step"] for m in val], dtype=np.float64)
+        return cls(run, int(run.config.seed), np.array(steps, dtype=np.float64),
+                   np.array([m["epoch"] for m in train]), np.array([m["train/loss"] for m in train]),
+                   np.array(iter_s, dtype=np.float64), np.array([m["time/comm_model_s"] for m in train]),
+                   an.modelled_time(steps, iter_s), val_steps, np.array([m["epoch"] for m in val]),
+                   np.array([m["val/acc"] for m in val]), an.time_at(steps, iter_s, val_steps),
+                   an.step_mean(steps, [m["density/achieved"] for m in train]),
+                   an.steady_density(steps, [m["density/achieved"] for m in train],
+                                     [m["density/target"] for m in train], run.density),
+                   an.density_phases(steps, [m["density/achieved"] for m in train],
+                                     [m["density/target"] for m in train], run.density),
+                   an.step_mean(steps, iter_s))
+
+    def to_target(self, target: float) -> tuple[int | None, float, float]:
+        """(first step with val acc >= target, modelled seconds to it, the communication part of them);
+        (None, nan, nan) if never reached."""
+        step = an.first_reach(self.val_steps, self.val_acc, target)
+        if step is None:
+            return None, math.nan, math.nan
+        return (step, float(an.time_at(self.steps, self.iter_s, [step])[0]),
+                float(an.time_at(self.steps, self.comm_s, [step])[0]))
+
+
+@dataclass
+class Series:
+    """One legend entry: a scheme (and density) of a figure, over its seeds."""
+
+    key: str
+    label: str
+    runs: list[SeedRun]
+
+    @property
+    def scheme(self) -> str:
+        return self.runs[0].run.scheme
+
+    @property
+    def density(self) -> float:
+        return self.runs[0].run.density
+
+    def achieved(self) -> float:
+        return float(np.mean([r.achieved for r in self.runs]))
+
+    def legend(self) -> str:
+        if self.scheme == "dense":
+            return f"{self.label} ({len(self.runs)} seeds)"
+        steady = float(np.mean([r.achieved_steady for r in self.runs]))
+        after = f", {steady:.3g} after warm-up" if abs(steady - self.achieved()) > 0.05 * self.achieved() else ""
+        return (f"{self.label}: density {self.density:.3g} configured, {self.achieved():.3g} achieved "
+                f"(mean over steps{after}; {len(self.runs)} seeds)")
+
+
+def info_of(run: Run) -> dict:
+    path = run.path / "run_info.json"
+    return read_json(path) if path.exists() else {}
+
+
+def group(runs: list[Run], default_target: float) -> dict[str, tuple[dict, list[Series]]]:
+    """figure -> (its info: title, target_acc, profile; its series in legend order)."""
+    figures: dict[str, dict[str, list[Run]]] = {}
+    infos: dict[str, dict] = {}
+    labels: dict[tuple[str, str], str] = {}
+    densities: dict[str, set[float]] = {}
+    for run in runs:
+        densities.setdefault(run.scheme, set()).add(run.density)
+    for run in runs:
+        info = info_of(run)
+        fig = str(info.get("figure", ""))
+        if "series" in info:
+            key, label = str(info["series"]), str(info["label"])
+        else:
+            several = len(densities[run.scheme]) > 1 and run.scheme != "dense"
+            key = f"{run.scheme}_rho{run.density:g}" if several else run.scheme
+            label = f"{run.scheme} (rho {run.density:g})" if several else run.scheme
+        figures.setdefault(fig, {}).setdefault(key, []).append(run)
+        labels[(fig, key)] = label
+        infos.setdefault(fig, {"title": info.get("title", "convergence"),
+                               "target_acc": float(info.get("target_acc", default_target)),
+                               "profile": info.get("profile", "")})
+    out = {}
+    for fig, by_key in figures.items():
+        series = [Series(key, labels[(fig, key)], sorted((SeedRun.of(r) for r in rs), key=lambda s: s.seed))
+                  for key, rs in by_key.items()]
+        # by scheme; within a scheme the plain series first, then its variants (other densities, options)
+        series.sort(key=lambda s: (ORDER.index(s.scheme) if s.scheme in ORDER else len(ORDER), s.key != s.scheme,
+                                   s.density, s.key))
+        out[fig] = (infos[fig], series)
+    return out
+
+
+def setting_line(run: Run, n_seeds: int, steps: int) -> str:
+    c = run.config
+    warm = list(c.compressor.density_warmup or [])
+    lr_warm = f"LR warm-up {c.schedule.warmup_epochs:g} epochs" if c.schedule.warmup_epochs else "no LR warm-up"
+    return (f"{run.model} on {run.summary.get('dataset')}, P = {run.summary.get('world_size')}, "
+            f"{c.trainer.batch_size}/worker, lr {c.optimizer.lr:g}, {lr_warm}, density warm-up "
+            f"{[float(w) for w in warm]} then {c.compressor.density:g} (all sparse schemes); "
+            f"{n_seeds} seeds (mean, min-max band), {steps} steps")
+
+
+def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, list[list], list[list]]:
+    target = info["target_acc"]
+    fig, grid = plt.subplots(2, 2, figsize=(13, 9))
+    axes = grid.ravel()
+    rows: list[list] = []
+    summary: list[list] = []
+    sparse = [s for s in series if s.scheme != "dense"] or series
+    common = max({s.density for s in sparse}, key=lambda d: sum(s.density == d for s in sparse))
+    first = next(s for s in sparse if s.density == common).runs[0]      # the figure's configured density
+    cluster = first.run.summary.get("cluster")
+    n_seeds = max(len(s.runs) for s in series)
+    steps = int(max(r.steps[-1] for s in series for r in s.runs))
+    for i, s in enumerate(series):
+        color = f"C{i}"
+        loss_m, loss_lo, loss_hi = an.seed_band([r.loss for r in s.runs])
+        ep = s.runs[0].epochs[:len(loss_m)]
+        axes[0].plot(ep, loss_m, color=color, lw=1, label=s.legend())
+        axes[0].fill_between(ep, loss_lo, loss_hi, color=color, alpha=0.2, lw=0)
+        acc_m, acc_lo, acc_hi = an.seed_band([r.val_acc for r in s.runs])
+        vep = s.runs[0].val_epochs[:len(acc_m)]
+        vt, _, _ = an.seed_band([r.val_time for r in s.runs])
+        axes[1].plot(vep, acc_m, color=color, lw=1)
+        axes[1].fill_between(vep, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
+        axes[2].plot(vt, acc_m, color=color, lw=1)
+        axes[2].fill_between(vt, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
+        tm, _, _ = an.seed_band([r.time for r in s.runs])
+        rows += [[fig_name, s.key, s.label, s.scheme, len(s.runs), "train", int(st), e, m, lo, hi, t, "", "", ""]
+                 for st, e, m, lo, hi, t in zip(s.runs[0].steps, ep, loss_m, loss_lo, loss_hi, tm)]
+        rows += [[fig_name, s.key, s.label, s.scheme, len(s.runs), "val", int(st), e, "", "", "", t, m, lo, hi]
+                 for st, e, m, lo, hi, t in zip(s.runs[0].val_steps, vep, acc_m, acc_lo, acc_hi, vt)]
+        reach = [r.to_target(target) for r in s.runs]
+        hit = [x for x in reach if x[0] is not None]
+        st_hit, ts, comm = [x[0] for x in hit], [x[1] for x in hit], [x[2] for x in hit]
+        y = len(series) - 1 - i
+        if hit:
+            mean, c = float(np.mean(ts)), float(np.mean(comm))
+            axes[3].barh(y, c, color=color, alpha=1.0, hatch="//", edgecolor="white")
+            axes[3].barh(y, mean - c, left=c, color=color, alpha=0.45,
+                         xerr=[[max(mean - min(ts), 0.0)], [max(max(ts) - mean, 0.0)]], capsize=3)
+            axes[3].text(max(ts), y, f"  {mean:.2f} s, step {np.mean(st_hit):.0f}"
+                         + ("" if len(hit) == len(s.runs) else f" ({len(hit)}/{len(s.runs)} seeds)"),
+                         va="center", fontsize=7)
+        else:
+            axes[3].text(0, y, f"  not reached by any of {len(s.runs)} seeds", va="center", fontsize=7)
+        final = [r.val_acc[-1] for r in s.runs]
+        best = [r.val_acc.max() for r in s.runs]
+        summary.append([
+            fig_name, s.key, s.label, s.scheme, len(s.runs), int(max(r.steps[-1] for r in s.runs)), cluster,
+            s.density, s.achieved(), min(r.achieved for r in s.runs), max(r.achieved for r in s.runs),
+            float(np.mean([r.achieved_steady for r in s.runs])),
+            float(np.mean(final)), min(final), max(final), float(np.mean(best)), target, f"{len(hit)}/{len(s.runs)}",
+            *(_mean_min_max(st_hit) + _mean_min_max(ts) + _mean_min_max(comm)),
+            1e3 * float(np.mean([r.iter_model_s for r in s.runs])),
+            1e3 * float(np.mean([r.run.summary.get("time/comm_model_s", math.nan) for r in s.runs])),
+            *[1e3 * v for v in _mean_min_max([r.run.summary.get("time/compute_s", math.nan) for r in s.runs])]])
+    for ax in axes[1:3]:
+        ax.axhline(target, color="k", ls=":", lw=0.8)
+    axes[0].set(xlabel="epoch", ylabel="training loss (mean over the P workers)", yscale="log",
+                title="training loss")
+    axes[1].set(xlabel="epoch", ylabel="validation accuracy (top-1)", title="validation accuracy")
+    axes[2].set(xlabel=f"modelled time on {cluster} (s)", ylabel="validation accuracy (top-1)",
+                title=f"validation accuracy vs modelled time on {cluster}")
+    lo = min(float(np.min(r.val_acc)) for s in series for r in s.runs)
+    for ax in axes[1:3]:
+        ax.set_ylim(max(lo, target - 0.12), None)
+    axes[3].set_yticks(range(len(series)), [s.label for s in reversed(series)])
+    axes[3].set(xlabel=f"modelled time on {cluster} to validation accuracy {target:g} (s)", ylabel="scheme",
+                title=f"time to accuracy {target:g}: hatched = alpha-beta communication on {cluster}, "
+                      "light = compute + compression + update measured here (bar: mean, whisker: min-max)")
+    axes[3].set_xlim(0, axes[3].get_xlim()[1] * 1.35)
+    for ax in axes:
+        ax.title.set_fontsize(8)
+        ax.xaxis.label.set_fontsize(8)
+        ax.yaxis.label.set_fontsize(8)
+        ax.tick_params(labelsize=7)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
+    quick = "QUICK PREVIEW, not the full figure (make figs-quick). " if info["profile"] == "quick" else ""
+    compute = [1e3 * r.run.summary.get("time/compute_s", math.nan) for s in series for r in s.runs]
+    fig.suptitle(f"{quick}{info['title']}\n{setting_line(first.run, n_seeds, steps)}\nmodelled time = this machine's "
+                 f"measured compute, compression and update (compute per worker and step: {min(compute):.1f}-"
+                 f"{max(compute):.1f} ms over the runs; the spread is the machine's load) + alpha-beta "
+                 f"communication on {cluster}", fontsize=9)
+    fig.tight_layout(rect=(0, 0.03 + 0.022 * ((len(series) + 1) // 2), 1, 1))
+    return fig, rows, summary
+
+
+def _mean_min_max(values: list[float]) -> list:
+    return [float(np.mean(values)), min(values), max(values)] if values else ["", "", ""]
+
+
+ROW_HEADER = ["figure", "series", "label", "scheme", "seeds", "kind", "step", "epoch", "train_loss_mean",
+              "train_loss_min", "train_loss_max", "model_time_s_mean", "val_acc_mean", "val_acc_min", "val_acc_max"]
+SUMMARY_HEADER = ["figure", "series", "label", "scheme", "seeds", "steps", "cluster", "density",
+                  "density_achieved_mean", "density_achieved_min", "density_achieved_max",
+                  "density_achieved_after_warmup", "final_val_acc_mean", "final_val_acc_min", "final_val_acc_max",
+                  "best_val_acc_mean", "target_acc", "reached", "steps_to_target_mean", "steps_to_target_min",
+                  "steps_to_target_max", "time_to_target_s_mean", "time_to_target_s_min", "time_to_target_s_max",
+                  "comm_to_target_s_mean", "comm_to_target_s_min", "comm_to_target_s_max", "iter_model_ms",
+                  "comm_model_ms", "compute_ms_mean", "compute_ms_min", "compute_ms_max"]
+
+
+PHASE_HEADER = ["figure", "series", "label", "seeds", "phase", "first_step", "last_step",
+                "achieved_over_target_mean", "achieved_over_target_min", "achieved_over_target_max"]
+
+
+def phase_rows(s: Series) -> list[list]:
+    """How the achieved density drifts: per phase (density warm-up, then thirds of the rest), achieved /
+    target over its steps, mean, min and max over seeds."""
+    if s.scheme == "dense":
+        return []
+    fig = str(info_of(s.runs[0].run).get("figure", ""))
+    n = min(len(r.phases) for r in s.runs)
+    names = (["warm-up"] if n == 4 else []) + ["first third", "second third", "last third"]
+    rows = []
+    for i in range(n):
+        ratios = [r.phases[i][2] for r in s.runs]
+        rows.append([fig, s.key, s.label, len(s.runs), names[i] if len(names) == n else str(i),
+                     s.runs[0].phases[i][0], s.runs[0].phases[i][1], float(np.mean(ratios)), min(ratios), max(ratios)])
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(RUNS), help="folder searched for run directories")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--target-acc", type=float, default=0.9,
+                    help="time-to-accuracy target for runs without run_info.json (default 0.9)")
     args = ap.parse_args(argv)
     runs = [r for r in find_runs(Path(args.runs)) if r.metrics and not r.capture_stats()]
     runs = require(runs, Path(args.runs), "metrics.jsonl and no capture (the convergence runs)")
-    groups: dict[tuple[str, str], list[Run]] = {}
-    for run in runs:
-        groups.setdefault((run.model, str(run.summary.get("dataset"))), []).append(run)
-    fig, axes = plt.subplots(len(groups), 3, figsize=(13, 3.4 * len(groups)), squeeze=False)
-    rows: list[list] = []
-    for row, ((model, dataset), group) in enumerate(sorted(groups.items())):
-        group.sort(key=lambda r: (ORDER.index(r.scheme) if r.scheme in ORDER else len(ORDER), r.path.name))
-        for run in group:
-            c = curves(run)
-            label = f"{run.scheme} (rho = {run.density:g})" if run.scheme != "dense" else "dense"
-            axes[row, 0].plot(c["epoch"], c["loss"], lw=1, label=label)
-            axes[row, 1].plot(c["val_epoch"], c["val_acc"], "o-", ms=2, lw=1, label=label)
-            axes[row, 2].plot(c["time"], c["loss"], lw=1, label=label)
-            rows += [[run.path.name, model, dataset, run.scheme, run.density, s, e, loss, t, ""]
-                     for s, e, loss, t in zip(c["step"], c["epoch"], c["loss"], c["time"])]
-            rows += [[run.path.name, model, dataset, run.scheme, run.density, "", e, "", "", a]
-                     for e, a in zip(c["val_epoch"], c["val_acc"])]
-        cluster, P = group[0].summary.get("cluster"), group[0].summary.get("world_size")
-        for ax, (xlabel, ylabel) in zip(axes[row], [("epoch", "training loss"), ("epoch", "validation accuracy"),
-                                                    (f"modelled wall time on {cluster} (s)", "training loss")]):
-            ax.set_xlabel(xlabel, fontsize=8)
-            ax.set_ylabel(ylabel, fontsize=8)
-            ax.tick_params(labelsize=7)
-        axes[row, 0].set_title(f"{model} on {dataset}, P = {P}", fontsize=9)
-        axes[row, 0].set_yscale("log")
-        axes[row, 2].set_yscale("log")
-        axes[row, 1].legend(fontsize=7)
-    fig.tight_layout()
-    header = ["run", "model", "dataset", "scheme", "density", "step", "epoch", "train_loss", "model_time_s", "val_acc"]
-    for path in save(fig, Path(args.out), "fig_convergence", header, rows):
-        print(f"wrote {path}")
+    figures = group(runs, args.target_acc)
+    out = Path(args.out)
+    summary: list[list] = []
+    quick = any(info["profile"] == "quick" for info, _ in figures.values())
+    for fig_name, (info, series) in sorted(figures.items()):
+        fig, rows, summ = draw(fig_name, info, series)
+        summary += summ
+        stem = "fig_convergence" + (f"_{fig_name}" if fig_name else "") + ("_quick" if info["profile"] == "quick"
+                                                                            else "")
+        for path in save(fig, out, stem, ROW_HEADER, rows):
+            print(f"wrote {path}")
+    suffix = "_quick" if quick else ""
+    path = out / f"convergence_summary{suffix}.csv"
+    write_csv(path, SUMMARY_HEADER, summary)
+    phases = out / f"convergence_density_phases{suffix}.csv"
+    write_csv(phases, PHASE_HEADER, [row for _, (_, series) in sorted(figures.items()) for s in series
+                                     for row in phase_rows(s)])
+    for p in (path, phases):
+        print(f"wrote {p}")
     return 0
 
 

@@ -7,8 +7,9 @@ one row per model (its Top-k run with the lowest density when it has several), o
 iteration (up to 4): the density histogram of rank 0's u over mean +- 5 std, the maximum-likelihood
 normal N(mean, std) over it, and in the title the kurtosis (3 for a normal) and the tail-share ratio
 (share of |u - mean| > Phi^-1(1 - rho/2) std, divided by rho: what Gaussian-k's first threshold keeps,
-relative to k; 1 for a normal; papers.md 2.4). Last column: normal Q-Q plots of every saved iteration
-(heavier tails than Gaussian bend away from the diagonal).
+relative to k; 1 for a normal; the threshold of GaussianK-SGD's compression.py, Shi et al.
+arXiv:1911.08772). Last column: normal Q-Q plots of every saved iteration (heavier tails than Gaussian
+bend away from the diagonal).
 Writes fig_histograms.{png,pdf,csv} (CSV: model, step, kind = hist | normal | qq, x, y) and
 fig_histograms_stats.csv (per snapshot: mean, std, kurtosis, tail-share ratio, share outside 5 std).
 """
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"kurtosis {kurt:.1f}, tail share / rho {tail:.2f}",
                          fontsize=8)
             ax.set_xlabel("u (mean +- 5 std)", fontsize=8)
+            ax.set_ylabel("probability density", fontsize=8)
             ax.tick_params(labelsize=7)
             rows += [[model, step, "hist", x, y] for x, y in zip(centers, dens)]
             rows += [[model, step, "normal", x, y] for x, y in zip(centers, pdf)]

@@ -1,12 +1,15 @@
 """Write paper_figs/README.md: every figure, its command, its data, the paper figure it corresponds to,
 and what it says, with the numbers read from the CSVs in paper_figs/out (last step of `make figs`).
 
-    python paper_figs/readme.py [--out paper_figs/out]
+    python paper_figs/readme.py [--out paper_figs/out] [--readme paper_figs/README.md]
+
+Links point from the README's folder to the figures, wherever --out and --readme are.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -26,10 +29,16 @@ FIGURES = [
     ("fig_selection", "`make fig-selection` (~1-2 min)",
      "u ~ N(0, 1) and a heavy-tailed vector of 1e5 ... 2.5e7 entries, density 0.001, this machine's CPU (and GPU when "
      "present)", "Top-k paper: top-k vs Gaussian-k selection time"),
-    ("fig_convergence", "`make fig-convergence` (~1 min with its runs)",
-     "`metrics.jsonl` of dense / Top-k / gTop-k / Gaussian-k / Random-k, FNN-3 on the embedded MNIST digits, "
-     "4 workers, bs 128, lr 0.01, 30 epochs (`experiments/topk_paper_convergence_laptop.yaml`), modelled on 4x1GbE",
-     "Top-k paper and gTop-k paper convergence figures (loss / accuracy vs epoch)"),
+    ("fig_convergence_topk_paper", "`make fig-convergence` (~12 min with its runs on 2 quiet cores; both figures)",
+     "`metrics.jsonl` of dense / Top-k / Gaussian-k (released and bisection refinement) / Random-k / Top-k at "
+     "Gaussian-k's achieved density, FNN-3 on the embedded MNIST digits, 4 workers, bs 128, lr 0.01, GaussianK-SGD's "
+     "warm-ups for all, 2,000 steps, 3 seeds (`experiments/topk_paper_convergence_laptop.yaml`, "
+     "`paper_figs/figures.yaml`), modelled on 4x1GbE",
+     "Top-k paper convergence figure (loss / accuracy vs epoch) + time to accuracy"),
+    ("fig_convergence_gtopk", "`make fig-convergence`",
+     "dense / Top-k / gTop-k, FNN-3 on the embedded MNIST digits, 4 workers, bs 32, lr 0.1, the gTop-k code's "
+     "warm-ups for all, 2,000 steps, 3 seeds (`experiments/icdcs_convergence_laptop.yaml`), modelled on 4x1GbE",
+     "gTop-k paper convergence figure (S-SGD vs gTop-k S-SGD) + time to accuracy"),
     ("dlbench", "`make bench-dlbench` (~6 min; not part of `make figs`)",
      "time per mini-batch of DLBench's FCN-5, FCN-R, AlexNet-R, ResNet-56 and LSTM, synthetic data, PyTorch eager / "
      "torch.compile / TensorFlow / JAX at 1 and all threads (bench/README.md)",
@@ -88,13 +97,35 @@ def bound_findings(out: Path) -> list[str]:
     return lines
 
 
+def _range(row: dict, key: str, fmt: str = ".3f") -> str:
+    if not row[f"{key}_mean"]:
+        return "-"
+    mean, lo, hi = (float(row[f"{key}_{x}"]) for x in ("mean", "min", "max"))
+    return f"{mean:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
 def convergence_findings(out: Path) -> list[str]:
-    rows = read(out, "fig_convergence")
-    final: dict[str, float] = {}
-    for r in rows or []:
-        if r["val_acc"]:
-            final[r["scheme"]] = float(r["val_acc"])      # rows are in epoch order
-    return [f"- final validation accuracy, {s}: {a:.3f}" for s, a in final.items()]
+    rows = read(out, "convergence_summary") or []
+    lines = []
+    for fig in dict.fromkeys(r["figure"] for r in rows):
+        rs = [r for r in rows if r["figure"] == fig]
+        r0 = rs[0]
+        lines += [f"- `{fig}`: {r0['seeds']} seeds, {r0['steps']} steps, target {float(r0['target_acc']):g} validation "
+                  f"accuracy; mean [min, max] over seeds; modelled time on {r0['cluster']} (this machine's measured "
+                  "compute + alpha-beta communication; the communication part in parentheses)", "",
+                  "  | scheme | density configured / achieved (after warm-up) | final val acc | best val acc | "
+                  "seeds reaching target | steps to target | modelled s to target (comm s) |",
+                  "  |---|---|---|---|---|---|---|"]
+        for r in rs:
+            dens = "1 / 1" if r["scheme"] == "dense" else \
+                f"{float(r['density']):.3g} / {float(r['density_achieved_mean']):.3g} " \
+                f"({float(r['density_achieved_after_warmup']):.3g})"
+            comm = f" ({float(r['comm_to_target_s_mean']):.2f})" if r["comm_to_target_s_mean"] else ""
+            lines.append(f"  | {r['label']} | {dens} | {_range(r, 'final_val_acc')} | "
+                         f"{float(r['best_val_acc_mean']):.3f} | {r['reached']} | {_range(r, 'steps_to_target', '.0f')} | "
+                         f"{_range(r, 'time_to_target_s', '.2f')}{comm} |")
+        lines.append("")
+    return lines
 
 
 def selection_findings(out: Path) -> list[str]:
@@ -113,27 +144,32 @@ def selection_findings(out: Path) -> list[str]:
 
 
 FINDINGS = {"fig_histograms": histogram_findings, "fig_bounds": bound_findings,
-            "fig_convergence": convergence_findings, "fig_selection": selection_findings}
+            "fig_convergence_topk_paper": convergence_findings, "fig_selection": selection_findings}
 
 
-def render(out: Path) -> str:
-    rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+def render(out: Path, readme: Path) -> str:
+    rel = Path(os.path.relpath(out, readme.parent))
     lines = ["# paper_figs/", "",
              "Figure scripts; each writes PNG + PDF + the CSV it plotted into `paper_figs/out/`. `make figs` trains the",
-             "short runs the analysis figures need (`paper_figs/runs.py`, into the git-ignored `paper_figs/runs/`; it",
-             "resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from the CSVs. About 5 minutes",
-             "on 2 cores (the runs take half of it). Larger versions on real data: the experiments of `experiments/` (capture is on in",
-             "`topk_histograms` and `ijcai_norm`), then the script with `--runs <multirun dir>`.", "",
+             "runs the analysis and convergence figures need (`paper_figs/runs.py`, 2 at a time, into the git-ignored",
+             "`paper_figs/runs/`; it resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from",
+             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 16-17 minutes on 2",
+             "quiet cores, most of it the 27 convergence runs (3 seeds x 2,000 steps per scheme; `paper_figs/figures.yaml`);",
+             "`make figs-quick` is a 2-3 minute preview of the convergence figures (2 seeds x 300 steps, titled QUICK,",
+             "into `outputs/figs-quick/`). docs/convergence.md reads the convergence numbers against the papers.",
+             "Larger versions on real data: the experiments of `experiments/` (capture is on in `topk_histograms` and",
+             "`ijcai_norm`), then the script with `--runs <multirun dir>`.", "",
              "| figure | command | data | paper figure |", "|---|---|---|---|"]
-    lines += [f"| [`{n}`]({rel.name}/{n}.png) | {cmd} | {data} | {paper} |" for n, cmd, data, paper in FIGURES]
+    lines += [f"| [`{n}`]({(rel / n).as_posix()}.png) | {cmd} | {data} | {paper} |" for n, cmd, data, paper in FIGURES]
     lines += ["| `validation_resnet20.csv` | `make validate-model` | profile measured here + local runs of each scheme | "
               "validation of the iteration model |",
               "| `ratios_p32.csv` | `make fig-scaling` | gTop-k/dense, gTop-k/Top-k efficiency ratios at P = 32, model vs "
               "paper | gTop-k abstract: 2.7-12x and 1.1-1.7x |", "", "## What the figures say (numbers from the CSVs)", ""]
     for name, find in FINDINGS.items():
         found = find(out)
-        lines += [f"### {name}", "", f"![{name}]({rel.name}/{name}.png)", "",
-                  *(found or ["- not generated yet: run `make figs`"]), ""]
+        images = [name, "fig_convergence_gtopk"] if name == "fig_convergence_topk_paper" else [name]
+        lines += [f"### {name.replace('_topk_paper', '')}", "", *(f"![{n}]({(rel / n).as_posix()}.png)" for n in images),
+                  "", *(found or ["- not generated yet: run `make figs`"]), ""]
     return "\n".join(lines)
 
 
@@ -142,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(OUT), help="folder of the figure CSVs")
     ap.add_argument("--readme", default=str(ROOT / "paper_figs" / "README.md"))
     args = ap.parse_args(argv)
-    Path(args.readme).write_text(render(Path(args.out).resolve()))
+    readme = Path(args.readme).resolve()
+    readme.parent.mkdir(parents=True, exist_ok=True)
+    readme.write_text(render(Path(args.out).resolve(), readme))
     print(f"wrote {args.readme}")
     return 0
 

@@ -1,79 +1,297 @@
-"""Train the short runs the analysis figures read (`make figs-runs`; part of `make figs`).
+"""Train the runs the analysis and convergence figures read (`make figs-runs`; part of `make figs`).
 
-    python paper_figs/runs.py [--out paper_figs/runs] [--figure histograms|bounds|convergence]
-                              [--only NAME ...] [--force]
+    python paper_figs/runs.py [--out paper_figs/runs] [--profile full|quick] [--figure NAME]
+                              [--only NAME ...] [--jobs N] [--force] [--list]
 
-Each run is `src/train.py` with an experiment file of experiments/ (the laptop variants, on the
-embedded real MNIST digits and on synthetic PTB-shaped tokens) and a few overrides, written to
-<out>/<name>. A run whose summary.json exists is skipped (rerun with --force), so an interrupted
-`make figs` resumes. About 6 minutes in all on 2 cores.
+Each run is `src/train.py` with an experiment file of experiments/ and a few overrides, written to
+<out>/<name>:
+- the analysis runs (histograms, bounds): short Top-k / gTop-k runs with capture on, on the embedded
+  real MNIST digits and on synthetic PTB-shaped tokens;
+- the convergence runs: every series of every figure of paper_figs/figures.yaml, once per seed of the
+  profile (`full`: 3 seeds, `quick`: 2 seeds and 300 steps; the quick profile trains only these), into
+  <out>/convergence/<figure>/<series>_s<seed>.
+A run whose summary.json exists and whose saved config equals the one its experiment file and overrides
+compose to now is kept (rerun with --force, e.g. after changing src/), so an interrupted `make figs`
+resumes and an edited experiment file retrains only its runs. `--jobs N` trains N runs at once, each with one
+thread (`threads=1`; results do not depend on it). One line per finished run says how many are done,
+the time spent and the expected time left (from figures.yaml's per-step estimates, rescaled by the
+pace of the runs finished so far).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from figlib import ROOT, RUNS, fail
+import yaml
 
-HIST = ["-cn", "topk_histograms_laptop"]
-CONV = ["-cn", "topk_paper_convergence_laptop", "hydra.mode=RUN", "trainer.eval_every=1", "trainer.log_every=5"]
+import analysis as an
+from figlib import ROOT, RUNS, fail, read_jsonl
+
+FIGURES_FILE = ROOT / "paper_figs" / "figures.yaml"
+HIST = ["-cn", "topk_histograms_laptop", "hydra.mode=RUN"]
 LSTM = ["model=lstm", "dataset=synthetic_ptb", "dataset.vocab_size=2000", "trainer.epochs=3",
         "capture.u_steps=[1,8,24]", "trainer.grad_clip=0.25"]
-# name -> (experiment and overrides, the figures that read it)
-PLAN: dict[str, tuple[list[str], tuple[str, ...]]] = {
-    "hist_fnn3_d0.001": ([*HIST, "hydra.mode=RUN"], ("histograms", "bounds")),
-    "hist_cnn_d0.001": ([*HIST, "hydra.mode=RUN", "model=cnn"], ("histograms", "bounds")),
-    "hist_lstm_d0.001": ([*HIST, "hydra.mode=RUN", *LSTM], ("histograms", "bounds")),
-    "bounds_fnn3_d0.01": ([*HIST, "hydra.mode=RUN", "compressor.density=0.01"], ("bounds",)),
-    "bounds_fnn3_d0.05": ([*HIST, "hydra.mode=RUN", "compressor.density=0.05"], ("bounds",)),
-    "bounds_fnn3_gtopk_d0.001": ([*HIST, "hydra.mode=RUN", "compressor=gtopk"], ("bounds",)),
-    **{f"conv_{c}": ([*CONV, f"compressor={c}"], ("convergence",))
-       for c in ("dense", "topk", "gtopk", "gaussiank", "randomk")},
+# name -> (experiment and overrides, the figures that read it, expected seconds on 2 quiet cores)
+ANALYSIS: dict[str, tuple[list[str], tuple[str, ...], float]] = {
+    "hist_fnn3_d0.001": (HIST, ("histograms", "bounds"), 15),
+    "hist_cnn_d0.001": ([*HIST, "model=cnn"], ("histograms", "bounds"), 40),
+    "hist_lstm_d0.001": ([*HIST, *LSTM], ("histograms", "bounds"), 40),
+    "bounds_fnn3_d0.01": ([*HIST, "compressor.density=0.01"], ("bounds",), 15),
+    "bounds_fnn3_d0.05": ([*HIST, "compressor.density=0.05"], ("bounds",), 15),
+    "bounds_fnn3_gtopk_d0.001": ([*HIST, "compressor=gtopk"], ("bounds",), 15),
 }
-FIGURES = sorted({f for _, figs in PLAN.values() for f in figs})
+PROFILES = ("full", "quick")
+FIXED = ["wandb.mode=disabled", "trainer.progress=false"]   # added to every run
 
 
-def train(name: str, overrides: list[str], out: Path) -> float:
+@dataclass
+class Job:
+    """One run to train: its directory name under --out, overrides, and what it needs."""
+
+    name: str
+    overrides: list[str]
+    figures: tuple[str, ...]
+    est_s: float
+    info: dict = field(default_factory=dict)          # written to <run>/run_info.json
+    density_from: list[str] = field(default_factory=list)   # names of the runs whose achieved density it takes
+
+
+def load_figures(path: Path = FIGURES_FILE) -> dict:
+    """paper_figs/figures.yaml, checked: every figure names an experiment file, a target and its series."""
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        fail(f"{path}: cannot read the figure plan ({err})")
+    for key in ("profiles", "figures", "startup_s"):
+        if not isinstance(spec, dict) or key not in spec:
+            fail(f"{path}: missing key '{key}'")
+    for name, fig in spec["figures"].items():
+        for key in ("title", "experiment", "target_acc", "step_s", "series"):
+            if key not in fig:
+                fail(f"{path}: figures.{name} lacks '{key}'")
+        if not (ROOT / "experiments" / f"{fig['experiment']}.yaml").is_file():
+            fail(f"{path}: figures.{name}.experiment={fig['experiment']!r}: no experiments/{fig['experiment']}.yaml")
+        for series, s in fig["series"].items():
+            dep = s.get("density_from")
+            if dep is not None and (dep not in fig["series"] or "density_from" in fig["series"][dep]):
+                fail(f"{path}: figures.{name}.series.{series}.density_from={dep!r}: must name another series of "
+                     f"the figure that has no density_from itself")
+    for name in PROFILES:
+        if name not in spec["profiles"]:
+            fail(f"{path}: profiles lacks '{name}'")
+    return spec
+
+
+def steps_of(overrides: list[str], default: int) -> int:
+    """The trainer.max_steps an override list sets, else `default` (for the time estimates only)."""
+    for o in overrides:
+        if o.startswith("trainer.max_steps="):
+            return int(o.split("=", 1)[1])
+    return default
+
+
+def convergence_jobs(spec: dict, profile: str) -> list[Job]:
+    """Every (figure, series, seed) of the plan; series that depend on others come after all the rest."""
+    prof = spec["profiles"][profile]
+    first: list[Job] = []
+    later: list[Job] = []
+    for fig_name, fig in spec["figures"].items():
+        for series, s in fig["series"].items():
+            for seed in prof["seeds"]:
+                overrides = ["-cn", fig["experiment"], "hydra.mode=RUN", *s["overrides"], f"seed={seed}",
+                             *prof["overrides"]]
+                est = spec["startup_s"] + fig["step_s"] * steps_of(overrides, 2000)
+                info = {"figure": fig_name, "title": fig["title"], "series": series, "label": s["label"],
+                        "seed": seed, "profile": profile, "target_acc": fig["target_acc"]}
+                deps = [f"convergence/{fig_name}/{s['density_from']}_s{x}" for x in prof["seeds"]] \
+                    if "density_from" in s else []
+                job = Job(f"convergence/{fig_name}/{series}_s{seed}", overrides, ("convergence",), est, info, deps)
+                (later if deps else first).append(job)
+    return first + later
+
+
+def plan(profile: str, spec: dict) -> list[Job]:
+    jobs = [] if profile == "quick" else [Job(n, o, f, e) for n, (o, f, e) in ANALYSIS.items()]
+    return jobs + convergence_jobs(spec, profile)
+
+
+def matched_density(out: Path, names: list[str]) -> tuple[float, list[float]]:
+    """Mean over the runs `names` of their achieved density after the warm-up, and that run's warm-up list."""
+    values, warmup = [], []
+    for name in names:
+        run = out / name
+        cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+        records = [m for m in read_jsonl(run / "metrics.jsonl") if "density/achieved" in m]
+        values.append(an.steady_density([m["step"] for m in records], [m["density/achieved"] for m in records],
+                                        [m["density/target"] for m in records], cfg["compressor"]["density"]))
+        warmup = list(cfg["compressor"]["density_warmup"] or [])
+    return sum(values) / len(values), warmup
+
+
+def resolve(job: Job, out: Path) -> list[str]:
+    """The job's overrides, with compressor.density (and its warm-up) from its density_from runs."""
+    if not job.density_from:
+        return job.overrides
+    rho, warmup = matched_density(out, job.density_from)
+    rho = float(f"{rho:.4g}")
+    job.info["density_from"] = {"runs": job.density_from, "density": rho}
+    raised = ",".join(f"{max(w, rho):g}" for w in warmup)
+    return [*job.overrides, f"compressor.density={rho:g}", f"compressor.density_warmup=[{raised}]"]
+
+
+_HYDRA = threading.Lock()            # Hydra's compose API keeps global state
+IGNORED = ("threads",)               # keys that do not change a run's results (the pool size)
+
+
+def composed(overrides: list[str]) -> dict:
+    """The job config `src/train.py -cd experiments <overrides>` would run (resolved, as plain dicts)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    name = overrides[overrides.index("-cn") + 1]
+    rest = [o for i, o in enumerate(overrides) if o != "-cn" and (i == 0 or overrides[i - 1] != "-cn")]
+    with _HYDRA, initialize_config_dir(config_dir=str(ROOT / "experiments"), version_base="1.3"):
+        cfg = compose(name, [f"hydra.searchpath=[file://{ROOT / 'conf'}]", *rest, *FIXED])
+    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in IGNORED}
+
+
+def is_done(run_dir: Path, overrides: list[str]) -> bool:
+    """Finished (summary.json) with exactly the config these overrides compose to now: a run whose
+    experiment file or overrides changed since is trained again."""
+    from omegaconf import OmegaConf
+
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not (run_dir / "summary.json").exists() or not saved.exists():
+        return False
+    old = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(saved), resolve=True).items() if k not in IGNORED}
+    return old == composed(overrides)
+
+
+def train(name: str, overrides: list[str], out: Path, info: dict, one_thread: bool) -> float:
     run_dir = out / name
     if run_dir.exists():
-        shutil.rmtree(run_dir)            # an unfinished earlier attempt
+        shutil.rmtree(run_dir)            # an unfinished or outdated earlier attempt
     argv = [sys.executable, str(ROOT / "src" / "train.py"), "-cd", str(ROOT / "experiments"), *overrides,
-            "wandb.mode=disabled", "trainer.progress=false", f"hydra.run.dir={run_dir}"]
+            *(["threads=1"] if one_thread else []), *FIXED, f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "WANDB_SILENT": "true", **({"OMP_NUM_THREADS": "1"} if one_thread else {})}
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "WANDB_SILENT": "true"})
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
     if proc.returncode != 0:
-        fail(f"run {name} failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"run {name} failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    write_info(run_dir, info, overrides)
     return time.perf_counter() - start
+
+
+def write_info(run_dir: Path, info: dict, overrides: list[str]) -> None:
+    """<run>/run_info.json: what fig_convergence.py needs beyond the run's own files."""
+    (run_dir / "run_info.json").write_text(json.dumps({**info, "overrides": overrides}, indent=1) + "\n")
+
+
+class Progress:
+    """One line per finished run: done/total, its time, the time so far and the expected time left.
+
+    Expected time left = the remaining runs' estimates (figures.yaml, 2 quiet cores) / runs at once,
+    times the mean slowdown (seconds taken / estimate) of the runs trained so far here (1 before any)."""
+
+    def __init__(self, jobs: list[Job], n_parallel: int) -> None:
+        self.total, self.done, self.parallel = len(jobs), 0, n_parallel
+        self.left_est = sum(j.est_s for j in jobs)
+        self.slowdowns: list[float] = []
+        self.start = time.perf_counter()
+        self.lock = threading.Lock()
+
+    def finished(self, job: Job, seconds: float | None) -> None:
+        with self.lock:
+            self.done += 1
+            self.left_est -= job.est_s
+            if seconds is not None:
+                self.slowdowns.append(seconds / job.est_s)
+            slow = sum(self.slowdowns) / len(self.slowdowns) if self.slowdowns else 1.0
+            left = max(self.left_est, 0.0) / self.parallel * slow
+            what = f"{seconds:.0f} s" if seconds is not None else "done earlier, kept"
+            print(f"[{self.done:>2}/{self.total}] {job.name}: {what} | "
+                  f"{(time.perf_counter() - self.start) / 60:.1f} min so far, ~{left / 60:.1f} min left", flush=True)
+
+
+def run_all(jobs: list[Job], out: Path, n_parallel: int, force: bool) -> None:
+    progress = Progress(jobs, n_parallel)
+    futures: dict[str, Future] = {}
+
+    def work(job: Job) -> None:
+        for dep in job.density_from:
+            if dep in futures:
+                futures[dep].result()          # the dependencies were submitted earlier (FIFO): no deadlock
+            if not (out / dep / "summary.json").exists():
+                raise RuntimeError(f"run {job.name} needs the finished run {dep} (train it first)")
+        overrides = resolve(job, out)
+        if not force and is_done(out / job.name, overrides):
+            write_info(out / job.name, job.info, overrides)      # figures.yaml's labels and target may have changed
+            progress.finished(job, None)
+            return
+        progress.finished(job, train(job.name, overrides, out, job.info, one_thread=n_parallel > 1))
+
+    print(f"{len(jobs)} runs into {out}, {n_parallel} at a time; expected ~"
+          f"{sum(j.est_s for j in jobs) / n_parallel / 60:.0f} min on 2 quiet cores", flush=True)
+    with ThreadPoolExecutor(max_workers=n_parallel) as pool:
+        for job in jobs:
+            futures[job.name] = pool.submit(work, job)
+        errors = []
+        for fut in futures.values():
+            try:
+                fut.result()
+            except RuntimeError as err:
+                errors.append(str(err))
+    if errors:
+        print("error: " + "; ".join(errors), file=sys.stderr)
+        raise SystemExit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(RUNS), help="folder of the run directories")
-    ap.add_argument("--only", nargs="+", default=None, help=f"run names among: {', '.join(PLAN)}")
-    ap.add_argument("--figure", default=None, help=f"only the runs of one figure: {', '.join(FIGURES)}")
+    ap.add_argument("--out", default=None, help="folder of the run directories (default: paper_figs/runs; "
+                                                "outputs/figs-quick/runs with --profile quick)")
+    ap.add_argument("--profile", default="full", help=f"one of: {', '.join(PROFILES)}")
+    ap.add_argument("--only", nargs="+", default=None, help="run names (see --list)")
+    ap.add_argument("--figure", default=None, help="only the runs of one figure (see --list)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs trained at once (each with one thread)")
     ap.add_argument("--force", action="store_true", help="retrain runs that already finished")
+    ap.add_argument("--list", action="store_true", help="print the runs and exit")
     args = ap.parse_args(argv)
-    if args.figure is not None and args.figure not in FIGURES:
-        fail(f"--figure {args.figure}: unknown figure; allowed: {', '.join(FIGURES)}")
-    names = args.only or [n for n, (_, figs) in PLAN.items() if args.figure is None or args.figure in figs]
-    unknown = [n for n in names if n not in PLAN]
+    if args.profile not in PROFILES:
+        fail(f"--profile {args.profile}: unknown profile; allowed: {', '.join(PROFILES)}")
+    if args.jobs < 1:
+        fail(f"--jobs {args.jobs}: must be >= 1")
+    jobs = plan(args.profile, load_figures())
+    figures = sorted({f for j in jobs for f in j.figures})
+    if args.figure is not None and args.figure not in figures:
+        fail(f"--figure {args.figure}: unknown figure; allowed: {', '.join(figures)}")
+    names = [j.name for j in jobs]
+    unknown = [n for n in args.only or [] if n not in names]
     if unknown:
-        fail(f"--only {' '.join(unknown)}: unknown run; allowed: {', '.join(PLAN)}")
-    out = Path(args.out)
+        fail(f"--only {' '.join(unknown)}: unknown run; allowed: {', '.join(names)}")
+    jobs = [j for j in jobs if (args.only is None or j.name in args.only)
+            and (args.figure is None or args.figure in j.figures)]
+    if args.list:
+        for j in jobs:
+            print(f"{j.name}  (for: {', '.join(j.figures)}; ~{j.est_s:.0f} s)  {' '.join(j.overrides)}")
+        return 0
+    default = RUNS if args.profile == "full" else ROOT / "outputs" / "figs-quick" / "runs"
+    out = Path(args.out) if args.out else default
     out.mkdir(parents=True, exist_ok=True)
-    for i, name in enumerate(names, 1):
-        done = (out / name / "summary.json").exists()
-        if done and not args.force:
-            print(f"[{i}/{len(names)}] {name}: done earlier, kept", flush=True)
-            continue
-        print(f"[{i}/{len(names)}] {name} (for: {', '.join(PLAN[name][1])}) ...", end=" ", flush=True)
-        print(f"{train(name, PLAN[name][0], out):.0f} s", flush=True)
+    try:
+        run_all(jobs, out, args.jobs, args.force)
+    except KeyboardInterrupt:
+        print("interrupted: finished runs are kept; rerun to resume", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -11,6 +11,7 @@ reader); numpy is touched only as the type pickle returns, converted at once wit
 """
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ssgd.data.augment import AugmentedImages, random_crop_flip
 from ssgd.data.base import DataSpec, TensorData
 from ssgd.errors import ConfigError
 from ssgd.utils.seeding import rank_generator
@@ -26,6 +28,8 @@ TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILE = "test_batch"
 SUBDIR = "cifar-10-batches-py"
 SIDE = 32
+PADDING = 4
+"""Zero padding of the random crop (torchvision `RandomCrop(32, padding=4)` in the released dl_trainer.py)."""
 CIFAR10_MEAN = (0.491, 0.482, 0.447)
 """Per-channel (R, G, B) mean of the training pixels in [0, 1], as in the gTop-k code's `dl_trainer.py`."""
 CIFAR10_STD = (0.247, 0.243, 0.262)
@@ -86,7 +90,7 @@ def _find_folder(data_dir: Path) -> Path | None:
 
 
 def cifar10(data_dir: str | os.PathLike[str] = "data/cifar-10-batches-py", val_size: int | None = None,
-            seed: int = 0) -> TensorData:
+            seed: int = 0, augment: bool = False) -> TensorData:
     """CIFAR-10 from the local python batches: train = data_batch_1..5 in order, val = test_batch.
 
     Args:
@@ -94,11 +98,17 @@ def cifar10(data_dir: str | os.PathLike[str] = "data/cifar-10-batches-py", val_s
         val_size: None keeps the whole test batch; an int in [1, n_test] keeps a random subset of it,
             drawn with a generator seeded from (`seed`, "data/cifar10_val") by `rank_generator` (the
             only use of `seed`).
+        augment: the released code's training augmentation (random 32 x 32 crop of the image padded with
+            4 black pixels, then a horizontal flip with probability 1/2; `ssgd.data.augment`), drawn per
+            rank and batch by the loader. conf/dataset/cifar10.yaml turns it on; the val split is never
+            augmented.
 
-    Returns TensorData with x float32 [N, 3, 32, 32] normalised per channel by `normalize_cifar10`,
-    y int64 [N], spec DataSpec("image", (3, 32, 32), 10, "cifar10"). No augmentation (the gTop-k code's
-    random crops and flips would need per-rank generators).
+    Returns TensorData with x float32 [N, 3, 32, 32] normalised per channel by `normalize_cifar10`
+    (x_train an `AugmentedImages` over that tensor when `augment`), y int64 [N],
+    spec DataSpec("image", (3, 32, 32), 10, "cifar10").
     """
+    if not isinstance(augment, bool):
+        raise ConfigError(f"dataset.augment={augment!r}: must be true or false")
     root = Path(data_dir).expanduser()
     folder = _find_folder(root)
     if folder is None:
@@ -118,4 +128,8 @@ def cifar10(data_dir: str | os.PathLike[str] = "data/cifar-10-batches-py", val_s
         keep = torch.randperm(len(y_val), generator=rank_generator(seed, 0, "data/cifar10_val"))[:val_size]
         x_val, y_val = x_val[keep], y_val[keep]
     spec = DataSpec("image", (3, SIDE, SIDE), 10, "cifar10")
-    return TensorData(spec, normalize_cifar10(x_train), y_train, normalize_cifar10(x_val), y_val)
+    train = normalize_cifar10(x_train)
+    if augment:        # pad with the normalised value of a black pixel: crop-then-normalise, as released
+        black = normalize_cifar10(torch.zeros((1, 3, 1, 1), dtype=torch.uint8)).view(3)
+        train = AugmentedImages(train, functools.partial(random_crop_flip, padding=PADDING, fill=black))
+    return TensorData(spec, train, y_train, normalize_cifar10(x_val), y_val)  # type: ignore[arg-type]

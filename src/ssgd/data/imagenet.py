@@ -8,13 +8,18 @@ class folders (as torchvision's `ImageNet` class or the usual `valprep.sh` do).
 
 The images are never all decoded: x_train and x_val are `ImageFiles` objects that decode the
 requested files when indexed, as the trainer does (`x[idx]` with an int64 index tensor for a
-batch, `x[a:b]` when evaluating). Each image goes through torchvision.io (`read_file`,
-`decode_image` to RGB) and torchvision.transforms.v2 functional ops: the shorter side resized to
-`resize_size` (default 256 for 224, ratio 8/7), centre crop `image_size` x `image_size`, scale to
-[0, 1], normalise with the ImageNet mean / std. That is the standard evaluation transform, used for
-training too: random crops and flips are NOT applied, so loading is deterministic (augmentation
-would need per-rank generators). The gTop-k code trains with RandomResizedCrop(224) and flips, from
-an HDF5 copy of the data (hclhkbu/gtopkssgd `dl_trainer.py` `imagenet_prepare`).
+batch, `x[a:b]` when evaluating). With `workers` > 0 a pool of that many background threads decodes
+the images of a batch in parallel (the decoding and resizing are torch operators, which run outside
+Python's lock), and the loader has each rank's next batch decoded while the current one trains; the
+rows, their order and their values are those of the serial decoding (tested).
+
+Each image goes through torchvision.io (`read_file`, `decode_image` to RGB) and
+torchvision.transforms.v2 functional ops: the shorter side resized to `resize_size` (default 256
+for 224, ratio 8/7), centre crop `image_size` x `image_size`, scale to [0, 1], normalise with the
+ImageNet mean / std. That is the standard evaluation transform, used for training too: random
+crops and flips are NOT applied. The gTop-k code trains with RandomResizedCrop(224) and flips, from an
+HDF5 copy of the data (hclhkbu/gtopkssgd dl_trainer.py `imagenet_prepare`); a per-batch transform like
+CIFAR-10's (`ssgd.data.augment`, drawn per rank and step by the loader) is where it would go.
 
 torchvision is imported when the first image is decoded, not with this module: its import costs
 about 2 s.
@@ -22,7 +27,9 @@ about 2 s.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -69,15 +76,22 @@ class ImageFiles:
     integer) index tensor or sequence of ints -> float32 [len(idx), 3, S, S]; a slice `x[a:b:c]`
     -> float32 [len(range), 3, S, S]; an int -> float32 [3, S, S]. Negative indices count from the
     end as in torch; out of range raises IndexError. Nothing is cached: indexing the same rows twice
-    decodes twice and gives equal tensors. Holds only the file paths, so it is cheap to copy.
+    decodes twice and gives equal tensors. Holds the file paths and, with `workers` > 0, a pool of that
+    many decoding threads (started on first use) and the batches `prefetch` asked for, each taken by
+    the first indexing with the same rows (at most `MAX_PENDING` are kept; the oldest is dropped).
     """
 
     dtype = torch.float32
+    MAX_PENDING = 64
 
-    def __init__(self, files: Sequence[str], image_size: int, resize_size: int) -> None:
+    def __init__(self, files: Sequence[str], image_size: int, resize_size: int, workers: int = 0) -> None:
         self.files = tuple(files)
         self.image_size = image_size
         self.resize_size = resize_size
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[tuple[int, ...], list[Future]] = {}
+        self._lock = threading.Lock()
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -92,11 +106,44 @@ class ImageFiles:
             raise IndexError(f"index {i} is out of range for {n} images")
         return i % n
 
+    def _load(self, i: int) -> Tensor:
+        return load_image(self.files[i], self.image_size, self.resize_size)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="imagenet-decode")
+            return self._pool
+
     def _stack(self, positions: Sequence[int]) -> Tensor:
+        with self._lock:
+            pending = self._pending.pop(tuple(positions), None)
+        if pending is not None:
+            images = (f.result() for f in pending)
+        elif self.workers:
+            images = self._executor().map(self._load, positions)
+        else:
+            images = map(self._load, positions)
         out = torch.empty((len(positions), 3, self.image_size, self.image_size), dtype=torch.float32)
-        for row, i in enumerate(positions):
-            out[row] = load_image(self.files[i], self.image_size, self.resize_size)
+        for row, image in enumerate(images):          # in order, whatever order the threads finish in
+            out[row] = image
         return out
+
+    def prefetch(self, index: Tensor) -> None:
+        """Start decoding the rows `index` (a 1-D integer tensor) on the worker threads, one image per
+        task, for a later `self[index]`; a no-op without workers."""
+        if self.workers == 0:
+            return
+        positions = [self._position(i) for i in index.tolist()]
+        key = tuple(positions)
+        with self._lock:
+            if key in self._pending:
+                return
+            if len(self._pending) >= self.MAX_PENDING:
+                self._pending.pop(next(iter(self._pending)))
+        futures = [self._executor().submit(self._load, i) for i in positions]
+        with self._lock:
+            self._pending[key] = futures
 
     def __getitem__(self, key: Tensor | slice | int | Sequence[int]) -> Tensor:
         if isinstance(key, slice):
@@ -113,8 +160,16 @@ class ImageFiles:
             return self._stack([self._position(i) for i in key])
         raise TypeError(f"ImageFiles cannot be indexed with {type(key).__name__}")
 
+    def __getstate__(self) -> dict:
+        return {"files": self.files, "image_size": self.image_size, "resize_size": self.resize_size,
+                "workers": self.workers}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["files"], state["image_size"], state["resize_size"], state["workers"])
+
     def __repr__(self) -> str:
-        return f"ImageFiles(n={len(self.files)}, image_size={self.image_size}, resize_size={self.resize_size})"
+        return (f"ImageFiles(n={len(self.files)}, image_size={self.image_size}, resize_size={self.resize_size}, "
+                f"workers={self.workers})")
 
 
 def _class_folders(split_dir: Path) -> list[str]:
@@ -147,13 +202,15 @@ def scan_split(split_dir: Path, class_to_idx: dict[str, int]) -> tuple[list[str]
 
 
 def imagenet(data_dir: str | os.PathLike[str] = "data/imagenet", image_size: int = 224,
-             resize_size: int | None = None) -> TensorData:
+             resize_size: int | None = None, workers: int = 0) -> TensorData:
     """ImageNet from a local ImageFolder tree: train = data_dir/train, val = data_dir/val.
 
     Args:
         image_size: side S of the square crop the models see (224 for AlexNet and ResNet-50).
         resize_size: shorter side before the centre crop, >= image_size; None = image_size * 8 // 7
             (256 for 224).
+        workers: background decoding threads per process (0: decode in the calling thread, one image
+            after another); the decoded batches are the same either way.
 
     Returns TensorData whose x_train / x_val are lazy `ImageFiles` (float32 [N, 3, S, S] when
     indexed; an evaluation slice of the trainer's eval_batch images is decoded at once, about
@@ -165,6 +222,8 @@ def imagenet(data_dir: str | os.PathLike[str] = "data/imagenet", image_size: int
         raise ConfigError(f"dataset.image_size={image_size!r}: must be an int >= 1")
     if resize_size is not None and (isinstance(resize_size, bool) or not isinstance(resize_size, int)):
         raise ConfigError(f"dataset.resize_size={resize_size!r}: must be null or an int >= dataset.image_size")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ConfigError(f"dataset.workers={workers!r}: must be an int >= 0")
     resize = image_size * 8 // 7 if resize_size is None else resize_size
     if resize < image_size:
         raise ConfigError(f"dataset.resize_size={resize_size}: must be >= dataset.image_size={image_size}")
@@ -183,5 +242,5 @@ def imagenet(data_dir: str | os.PathLike[str] = "data/imagenet", image_size: int
     train_files, y_train = scan_split(root / "train", class_to_idx)
     val_files, y_val = scan_split(root / "val", class_to_idx)
     spec = DataSpec("image", (3, image_size, image_size), len(classes), "imagenet")
-    return TensorData(spec, ImageFiles(train_files, image_size, resize), y_train,  # type: ignore[arg-type]
-                      ImageFiles(val_files, image_size, resize), y_val)  # type: ignore[arg-type]
+    return TensorData(spec, ImageFiles(train_files, image_size, resize, workers), y_train,  # type: ignore[arg-type]
+                      ImageFiles(val_files, image_size, resize, workers), y_val)  # type: ignore[arg-type]
