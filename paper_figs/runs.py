@@ -161,7 +161,7 @@ def composed(overrides: list[str]) -> dict:
     rest = [o for i, o in enumerate(overrides) if o != "-cn" and (i == 0 or overrides[i - 1] != "-cn")]
     with _HYDRA, initialize_config_dir(config_dir=str(ROOT / "experiments"), version_base="1.3"):
         cfg = compose(name, [f"hydra.searchpath=[file://{ROOT / 'conf'}]", *rest, *FIXED])
-    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in IGNORED}
+    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=True, enum_to_str=True).items() if k not in IGNORED}
 
 
 def is_done(run_dir: Path, overrides: list[str]) -> bool:

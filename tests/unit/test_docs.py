@@ -20,9 +20,7 @@ README_LIMIT = 12_000  # bytes: a README a newcomer reads in five minutes
 
 # Docs written on other branches at the same time; they exist once those branches are merged.
 # The coordinator removes this set after the merge, so that a link to a missing file fails again.
-ALLOW_PENDING = {
-    "docs/collectives.md",
-}
+ALLOW_PENDING: set[str] = set()      # docs another branch adds (none now)
 
 # Files outside this repository that nothing in it may point to (split so that this file does not
 # match itself).
@@ -133,8 +131,6 @@ def tracked_text_files() -> list[Path]:
     return files
 
 
-@pytest.mark.xfail(strict=False, reason="other branches still carry references; the coordinator turns "
-                                        "this into a plain assert after merging")
 def test_no_reference_to_files_outside_the_repository() -> None:
     hits = []
     for path in tracked_text_files():
