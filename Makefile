@@ -116,6 +116,10 @@ profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's nu
 validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (~2 min; OUT=dir)
 	$(PY) paper_figs/validate_model.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
+.PHONY: gpu-check
+gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (< 5 min; no GPU: says so, exit 0)
+	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
+
 .PHONY: slurm-up slurm-down test-slurm
 slurm-up:  ## single-node SLURM cluster on this machine: installs Debian's slurm + munge as root, starts them (~1 min first time)
 	scripts/slurm/cluster.sh up

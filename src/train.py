@@ -59,6 +59,13 @@ def main(cfg: DictConfig) -> float:
                           "above)")
                 sys.exit(status)
             return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 reported
+        if spec.config.backend is Backend.torch:      # P local torch.distributed ranks (ssgd.launch_torch)
+            from ssgd.launch_torch import run as run_torch
+
+            if (status := run_torch(cfg, run_dir)) != 0:
+                sys.exit(status)
+            summary_path = run_dir / "summary.json"
+            return final_val_acc(json.loads(summary_path.read_text())) if summary_path.exists() else 0.0
         trainer, writer, world = build.trainer(spec, run_dir)
     except ConfigError as err:
         log.error(f"error: {err}")

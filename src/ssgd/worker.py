@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from omegaconf import OmegaConf
 
@@ -57,16 +58,18 @@ def inject_fault(trainer, rank: int, debug) -> None:
     trainer.step = failing_step
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
+    """Run this rank; `make_world` builds its world (default: `MPIWorld`; `ssgd.torch_worker` passes a TorchWorld)."""
     from ssgd import build, config
     from ssgd.errors import ConfigError
-    from ssgd.mpi_world import MPIWorld
     from ssgd.utils.logs import setup_rank
 
     if len(argv) != 1:
         print("usage: mpiexec -n P python -m mpi4py -m ssgd.worker RUN_DIR/worker_config.yaml", file=sys.stderr)
         return 2
-    world = MPIWorld()
+    if make_world is None:
+        from ssgd.mpi_world import MPIWorld as make_world
+    world = make_world()
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
     path = Path(argv[0])
@@ -76,8 +79,9 @@ def main(argv: list[str]) -> int:
             raise ConfigError(f"{path}: no such worker config (written by `python src/train.py backend=mpi`)")
         cfg = config.load(OmegaConf.load(path))
         if cfg.cluster.world_size != world.size:
-            raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this MPI job has {world.size} ranks; "
-                              f"start it with mpiexec -n {cfg.cluster.world_size} or set cluster.world_size={world.size}")
+            raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this {world.job} has {world.size} ranks; "
+                              f"start it with {world.start_hint(cfg.cluster.world_size)} or set cluster.world_size={world.size}")
+        cfg = world.prepare(cfg)        # this rank's device (one GPU per rank); torch.distributed: join the group
         trainer, writer, _ = build.trainer(cfg, path.parent, world)
     except ConfigError as err:
         if world.is_root:                     # every rank sees the same config error: say it once
