@@ -2,9 +2,11 @@
 
     results = run_ranks(3, fn, args, timeout=60)     # fn(rank, P, *args) in each rank, results in rank order
 
-Forking (not spawning) keeps the ranks cheap: they inherit this process's imported torch instead of
-importing it again (about 1.6 s each). CUDA does not survive a fork, so GPU tests pass start="spawn"
-(`fn` must then be importable: a function of a module under tests/). Each rank sets one intra-op thread, joins the group at
+The ranks are forked by a fork server (multiprocessing's "forkserver"): a fresh single-threaded interpreter that
+imports torch and the package once (tests/rank_preload.py), so each rank is cheap (no 1.6 s torch import) and
+inherits no thread state from pytest (forking pytest itself after an in-process training can leave a rank stuck on
+a lock held by a thread that no longer exists). The server never initialises CUDA, so GPU ranks start the same
+way. `fn` must be importable: a module-level function of a module under tests/. Each rank sets one intra-op thread, joins the group at
 tcp://127.0.0.1:<free port>, runs `fn`, sends back its picklable result (convert tensors to numpy or
 lists first) or its traceback, and leaves with os._exit (no pytest teardown in a child). If the ranks
 are not all done within `timeout` seconds, every rank is killed and the test fails, naming the ranks
@@ -20,6 +22,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,13 +59,36 @@ def _rank_main(rank: int, P: int, port: int, backend: str, fn: Callable, args: t
         os._exit(status)
 
 
-def run_ranks(P: int, fn: Callable, args: tuple = (), timeout: float = 60, backend: str = "gloo",
-              start: str = "fork") -> list:
-    """fn(rank, P, *args) on P ranks of one process group (`backend`: gloo, or nccl with rank r on cuda:r),
-    started by `start` (fork, or spawn for CUDA); their results in rank order."""
-    if start == "fork":
-        warm_up()
-    ctx = mp.get_context(start)
+def fork_server() -> Any:
+    """The forkserver context, its server started (once) with tests/rank_preload.py imported. The server is a
+    new interpreter that sees this checkout's src/ and tests/ through PYTHONPATH (Python 3.11's forkserver
+    does not pass sys.path on to it); the ranks it forks get this process's sys.path as usual."""
+    from multiprocessing import forkserver
+
+    ctx = mp.get_context("forkserver")
+    if not _server["started"]:
+        ctx.set_forkserver_preload(["rank_preload"])
+        here = Path(__file__).resolve().parent
+        before = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(here), str(here.parent / "src"), before]))
+        try:
+            forkserver.ensure_running()
+        finally:
+            if before is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = before
+        _server["started"] = True
+    return ctx
+
+
+_server = {"started": False}
+
+
+def run_ranks(P: int, fn: Callable, args: tuple = (), timeout: float = 60, backend: str = "gloo") -> list:
+    """fn(rank, P, *args) on P ranks of one process group (`backend`: gloo, or nccl with rank r on cuda:r);
+    their results in rank order."""
+    ctx = fork_server()
     out = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, P, port, backend, fn, args, out), daemon=True) for r in range(P)]
@@ -102,8 +128,8 @@ def run_ranks(P: int, fn: Callable, args: tuple = (), timeout: float = 60, backe
 
 
 def warm_up() -> None:
-    """Import, in this process, what the ranks would each import on their first optimizer step and DDP
-    model (torch.optim's first step loads torch._dynamo: seconds per process), so forked ranks inherit it."""
+    """Import what each rank would import on its first optimizer step (torch.optim's first step loads
+    torch._dynamo: seconds per process), so that the forked ranks inherit it."""
     import torch
     import torch.nn.parallel  # noqa: F401
 

@@ -45,12 +45,12 @@ def train(run_dir: Path, *overrides: str, timeout: int = 240) -> subprocess.Comp
 @pytest.mark.parametrize("P", [1, pytest.param(2, marks=need_gpus(2))])
 def test_collectives_on_nccl(P):
     """NCCL, one GPU per rank: every collective case against the oracle; NCCL's all_reduce order is its own."""
-    checks.check_ranks(run_ranks(P, checks.run_cases, ("cuda",), timeout=180, backend="nccl", start="spawn"), P)
+    checks.check_ranks(run_ranks(P, checks.run_cases, ("cuda",), timeout=180, backend="nccl"), P)
 
 
 def test_gloo_stages_cuda_payloads_through_the_host():
     """gloo reads host memory: CUDA payloads are staged (timed as staging_s), results come back on the GPU."""
-    per_rank = run_ranks(2, checks.run_cases, ("cuda:0",), timeout=180, start="spawn")
+    per_rank = run_ranks(2, checks.run_cases, ("cuda:0",), timeout=180)
     checks.check_ranks(per_rank, 2)
     assert all(case[4] > 0 for case in per_rank[0])
 
@@ -104,7 +104,7 @@ def test_ddp_hook_on_nccl_equals_the_trainer(compressor, tmp_path):
     """As on CPU (tests/integration/test_ddp_hook.py): one bucket, the hook's weights and residuals equal the
     trainer's bitwise, both on NCCL with one GPU per rank."""
     out = run_ranks(P_GPU, trainer_and_hook, (compressor, str(tmp_path), {"bucket_cap_mb": 100}, "cuda"),
-                    timeout=240, backend="nccl", start="spawn")
+                    timeout=240, backend="nccl")
     for rank, r in enumerate(out):
         assert all(same_bits(a, b) for a, b in zip(r["trainer"], r["hook"])), f"rank {rank}: weights differ"
         assert same_bits(r["trainer_e"], r["hook_e"]), f"rank {rank}: residuals differ"

@@ -1,7 +1,7 @@
 """The DDP communication hook (ssgd.ddp): the example script under torchrun, and a hook step == a trainer step.
 
-All on CPU with gloo: the example runs as a user runs it (`torchrun --nproc-per-node 2`); the equality test
-runs in forked ranks of one gloo group (tests/torch_ranks.py), each under a timeout.
+All on CPU with gloo: the example runs as a user runs it (`torchrun --nproc-per-node 2`, marked `slow`); the
+equality tests run in forked ranks of one gloo group (tests/torch_ranks.py), each under a timeout.
 """
 import os
 import re
@@ -20,7 +20,6 @@ from torch_ranks import run_ranks
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("compressor", group_options("compressor"))     # every scheme in conf/compressor/
 def test_with_one_bucket_a_hook_step_equals_the_trainer_step(compressor, tmp_path):
     """One bucket covers FNN-3 (bucket_cap_mb=100, also after DDP's first-iteration rebuild, which reorders the
@@ -35,7 +34,6 @@ def test_with_one_bucket_a_hook_step_equals_the_trainer_step(compressor, tmp_pat
     assert all(same_bits(a, b) for a, b in zip(out[0]["hook"], out[1]["hook"]))   # the ranks agree
 
 
-@pytest.mark.slow
 def test_several_buckets_train_and_the_ranks_agree(tmp_path):
     """bucket_cap_mb=0.2 with find_unused_parameters=True: FNN-3's first layer in one bucket, the rest in another
     (whose gradients DDP orders last-layer first). Each bucket has its own selection and residual, so this is not

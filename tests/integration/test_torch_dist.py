@@ -12,17 +12,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 import collective_checks as checks
-from conftest import CONF, group_options, make_cfg
+from conftest import group_options, make_cfg
+from equivalence import EQUIV, assert_same_runs
 from torch_ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# The collective tests run in light forked ranks (seconds); the rest, marked `slow`, train or start interpreters.
 
 
 # -- collectives on real ranks ----------------------------------------------------------------------
@@ -62,11 +62,6 @@ def test_allgatherv_pads_and_trims_ragged_blocks():
 
 
 # -- backend=thread == backend=torch ----------------------------------------------------------------
-EQUIV = ["cluster.world_size=3", "trainer.batch_size=256", "trainer.epochs=1", "trainer.checkpoint_every=1",
-         "model.dropout=0.2", "seed=5", "capture.stats=true", "capture.u_steps=[3]"]
-# 5 steps of 3 x 256 digits, dropout on, capture on (it must work, and agree, on both backends)
-
-
 def _train_torch_rank(rank: int, P: int, overrides: list[str], run_dir: str) -> int:
     from ssgd import build
     from ssgd.torch_world import TorchWorld
@@ -90,31 +85,16 @@ def _train_thread(overrides: list[str], run_dir: Path) -> None:
         writer.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compressor", group_options("compressor"))     # every scheme in conf/compressor/
 def test_thread_and_torch_end_with_the_same_parameters(compressor, tmp_path):
-    """Sparse schemes: bitwise equal weights and residuals. Dense: gloo's all_reduce adds in its own order,
-    so weights agree to 1e-5 after 5 steps (the bound tests/integration/test_mpi.py states for MPI)."""
+    """Sparse schemes: bitwise equal weights and residuals. Dense: gloo's all_reduce adds in its own order, so
+    weights agree to 1e-5 after 5 steps (tests/equivalence.py, the bound the MPI test states too)."""
     overrides = [f"compressor={compressor}", *EQUIV]
     _train_thread([*overrides, "backend=thread"], tmp_path / "thread")
     steps = run_ranks(3, _train_torch_rank, ([*overrides, "backend=torch"], str(tmp_path / "torch")), timeout=120)
     assert steps == [5, 5, 5]
-    a, b = (torch.load(tmp_path / name / "checkpoint.pt", weights_only=False) for name in ("thread", "torch"))
-    assert a["shared"]["step"] == b["shared"]["step"] == 5
-    collective = OmegaConf.load(CONF / "compressor" / f"{compressor}.yaml").collective._target_
-    if collective == "ssgd.comm.dense.DenseAllreduce":
-        for x, y in zip(a["shared"]["params"], b["shared"]["params"]):
-            assert torch.allclose(x, y, rtol=0, atol=1e-5), (x - y).abs().max()
-    else:
-        assert all(torch.equal(x, y) for x, y in zip(a["shared"]["params"], b["shared"]["params"]))
-        for r in range(3):      # every rank's residual too
-            memory_a, memory_b = a["ranks"][r]["memory"], b["ranks"][r]["memory"]
-            assert memory_a.keys() == memory_b.keys()
-            assert all(torch.equal(memory_a[key], memory_b[key]) for key in memory_a)
-    stats = {name: [json.loads(line) for line in (tmp_path / name / "capture" / "stats.jsonl").read_text().splitlines()]
-             for name in ("thread", "torch")}
-    assert [r["step"] for r in stats["torch"]] == [1, 2, 3, 4, 5]
-    for x, y in zip(stats["thread"], stats["torch"]):
-        assert x.keys() == y.keys() and all(np.isclose(x[k], y[k], rtol=1e-5, atol=1e-12) for k in x)
+    assert_same_runs(tmp_path / "thread", tmp_path / "torch", compressor)
 
 
 # -- launching, as a user does -----------------------------------------------------------------------
@@ -125,6 +105,7 @@ def train(run_dir: Path, *overrides: str, timeout: int = 180) -> subprocess.Comp
                           capture_output=True, text=True, timeout=timeout, cwd=run_dir.parent, env=env)
 
 
+@pytest.mark.slow
 def test_train_py_launches_local_torch_ranks(tmp_path):
     proc = train(tmp_path / "run", "backend=torch", "cluster=local", "trainer.max_steps=8", "compressor=gaussiank")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -134,6 +115,7 @@ def test_train_py_launches_local_torch_ranks(tmp_path):
     assert OmegaConf.load(tmp_path / "run" / "worker_config.yaml").backend == "torch"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["raise", "kill"])
 def test_a_failing_rank_ends_the_job_naming_it(mode, tmp_path, caplog, capfd):
     """A dead rank ends the job within seconds, not after dist.timeout_s (300 s): the launcher watches its ranks.
@@ -161,6 +143,7 @@ def worker(config: Path, env: dict[str, str], *prefix: str, timeout: int = 120) 
                           text=True, timeout=timeout, env={**clean, "PYTHONPATH": str(ROOT / "src"), **env})
 
 
+@pytest.mark.slow
 def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
     """`dist.launch=false` writes the worker config and prints the torchrun / srun commands; torchrun (its agent
     hosts the rendezvous store) then runs the ranks."""
@@ -183,6 +166,7 @@ def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
     assert (summary["backend"], summary["world_size"], summary["steps"]) == ("torch", 2, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env, line", [
     ({}, "error: backend=torch: no rank in the environment: RANK (torchrun) and SLURM_PROCID (srun) are both unset"),
     ({"RANK": "0"}, "error: backend=torch: WORLD_SIZE is not set"),
@@ -196,6 +180,7 @@ def test_the_worker_names_a_missing_variable(env, line, tmp_path):
     assert proc.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_world_size_disagreeing_with_the_job_is_refused(tmp_path):
     cfg = make_cfg("backend=torch", "cluster.world_size=2")
     from ssgd.launch import prepare
