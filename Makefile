@@ -57,7 +57,7 @@ bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench wo
 	$(PY) bench/dlbench.py --results $(RESULTS_DIR)/dlbench.json --out-dir $(CHARTS_DIR) \
 	  $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
 
-bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo), sparse vs dense, as ratios (~3 min; OUT=dir)
+bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~6 min; OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress (~17 min on 2 quiet cores)

@@ -104,7 +104,15 @@ def run_ranks(P: int, fn: Callable, args: tuple = (), timeout: float = 60, backe
             except queue.Empty:
                 dead = [(r, p.exitcode) for r, p in enumerate(procs)
                         if p.exitcode is not None and r not in results and r not in errors]
-                if dead:
+                if dead:                        # its last words may still be in the pipe
+                    try:
+                        rank, ok, value = out.get(timeout=2)
+                        (results if ok else errors)[rank] = value
+                        if errors:
+                            break
+                        continue
+                    except queue.Empty:
+                        pass
                     pytest.fail(f"torch.distributed rank {dead[0][0]} of P={P} died without a result "
                                 f"(exit code {dead[0][1]})")
                 if time.monotonic() >= deadline:

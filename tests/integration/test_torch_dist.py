@@ -61,6 +61,27 @@ def test_allgatherv_pads_and_trims_ragged_blocks():
         assert cases[2][0] == [[] for _ in range(P)]
 
 
+def _world_exchanges(rank: int, P: int) -> tuple:
+    from ssgd.torch_world import OBJECT_SLOT, TorchWorld
+
+    world = TorchWorld.joined()
+    small = world.allgather([{"rank": rank, "x": 0.5 * rank}])
+    big = world.allgather([b"x" * (3 * OBJECT_SLOT if rank == 1 else rank)])        # one pickle over the slot
+    root = world.gather_root({rank: f"state of {rank}"})
+    return small, [len(b) for b in big], root
+
+
+def test_torch_world_exchanges_python_values():
+    """allgather: one collective with a fixed slot per rank, and a second one when a pickle does not fit."""
+    from ssgd.torch_world import OBJECT_SLOT
+
+    P = 3
+    for rank, (small, big, root) in enumerate(run_ranks(P, _world_exchanges, timeout=60)):
+        assert small == [{"rank": r, "x": 0.5 * r} for r in range(P)]
+        assert big == [0, 3 * OBJECT_SLOT, 2]
+        assert root == ({r: f"state of {r}" for r in range(P)} if rank == 0 else {})
+
+
 # -- backend=thread == backend=torch ----------------------------------------------------------------
 def _train_torch_rank(rank: int, P: int, overrides: list[str], run_dir: str) -> int:
     from ssgd import build
