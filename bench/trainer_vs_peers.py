@@ -157,8 +157,8 @@ class DDP:
         pass
 
 
-def mpi_worker(args: argparse.Namespace) -> None:
-    """Every rank builds every variant, then runs interleaved rounds of blocks of steps (bench/harness.py)."""
+def join(args: argparse.Namespace) -> tuple:
+    """This MPI rank, joined to a gloo group over the same ranks: (comm, rank, P, share, meter, noise)."""
     import torch
     import torch.distributed as dist
     from mpi4py import MPI
@@ -167,8 +167,17 @@ def mpi_worker(args: argparse.Namespace) -> None:
     rank, P = comm.Get_rank(), comm.Get_size()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=P)
-    share, meter = harness.MPIShare(comm), harness.mpi_meter(comm, args.tree_root)
-    noise = harness.noise_from_args(args, quick=args.quick)
+    return (comm, rank, P, harness.MPIShare(comm), harness.mpi_meter(comm, args.tree_root),
+            harness.noise_from_args(args, quick=args.quick))
+
+
+def mpi_worker(args: argparse.Namespace) -> None:
+    """Every rank builds every variant, then runs interleaved rounds of blocks of steps (bench/harness.py)."""
+    import torch
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    comm, rank, P, share, meter, noise = join(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix=f"ssgd-peers-{rank}-") as tmp:
         for model in args.models:
@@ -229,12 +238,7 @@ def comm_worker(args: argparse.Namespace) -> None:
     from ssgd.comm.torch_dist import TorchExecutor, run_torch
     from ssgd.compress.topk import TopK
 
-    comm = MPI.COMM_WORLD
-    rank, P = comm.Get_rank(), comm.Get_size()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=P)
-    share, meter = harness.MPIShare(comm), harness.mpi_meter(comm, args.tree_root)
-    noise = harness.noise_from_args(args, quick=args.quick)
+    comm, rank, P, share, meter, noise = join(args)
     collective, executor, rows = GTopKAllreduce(), TorchExecutor(), []
     for d in args.comm_d:
         u = torch.randn(int(d), generator=torch.Generator().manual_seed(1000 + rank))
@@ -280,30 +284,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
+def mpi_job(P: int, args: argparse.Namespace, role: list[str], what: str) -> dict | None:
+    """Run this file under `mpiexec -n P` with `role` (the worker flag and its arguments) and the common noise
+    and round settings; the JSON rank 0 wrote, or None (said on stderr) when the job failed or timed out."""
     from ssgd.launch import mpiexec_path, worker_env
 
     with tempfile.TemporaryDirectory(prefix="ssgd-peers-") as tmp:
         out = Path(tmp) / "rows.json"
         argv = [mpiexec_path(), "-n", str(P), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
-                "--mpi-worker", "--out", str(out), "--port", str(free_port()), "--models", *args.models,
-                "--schemes", *args.schemes, "--reps", str(args.reps), "--tree-root", str(os.getpid()),
-                "--noise-threshold", repr(args.noise_threshold), "--retries", str(args.retries),
-                "--min-round-s", repr(args.min_round_s)] + (["--quick"] if args.quick else []) \
-            + (["--torch"] if "torch" in args.parts else [])
-        print(f"[peers] mpiexec -n {P}: {', '.join(args.models)} x ({', '.join(args.schemes)}"
-              f"{', ssgd_torch_dense' if 'torch' in args.parts else ''}, ddp)",
-              file=sys.stderr, flush=True)
+                *role, "--out", str(out), "--port", str(free_port()), "--reps", str(args.reps),
+                "--tree-root", str(os.getpid()), "--noise-threshold", repr(args.noise_threshold),
+                "--retries", str(args.retries), "--min-round-s", repr(args.min_round_s)] \
+            + (["--quick"] if args.quick else [])
+        print(f"[peers] mpiexec -n {P}: {what}", file=sys.stderr, flush=True)
         try:
             proc = subprocess.run(argv, env=worker_env(local=True), timeout=MPI_TIMEOUT_S, cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=None, text=True)
         except subprocess.TimeoutExpired:
             print(f"[peers] P={P}: timed out after {MPI_TIMEOUT_S} s", file=sys.stderr)
-            return []
+            return None
         if proc.returncode != 0 or not out.exists():
             print(f"[peers] P={P}: the MPI job failed (exit status {proc.returncode})", file=sys.stderr)
-            return []
-        job = json.loads(out.read_text())
+            return None
+        return json.loads(out.read_text())
+
+
+def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
+    torch_part = "torch" in args.parts
+    job = mpi_job(P, args, ["--mpi-worker", "--models", *args.models, "--schemes", *args.schemes]
+                  + (["--torch"] if torch_part else []),
+                  f"{', '.join(args.models)} x ({', '.join(args.schemes)}{', ssgd_torch_dense' if torch_part else ''}, ddp)")
+    if job is None:
+        return []
     rows = job["rows"]
     for row in rows:
         s = harness.Series.from_json(row["series"])
@@ -323,27 +335,11 @@ def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
 
 def run_comm(P: int, args: argparse.Namespace) -> list[dict]:
     """gTop-k call over torch.distributed vs over MPI on P ranks (`comm_worker` under mpiexec)."""
-    from ssgd.launch import mpiexec_path, worker_env
-
-    with tempfile.TemporaryDirectory(prefix="ssgd-comm-") as tmp:
-        out = Path(tmp) / "rows.json"
-        argv = [mpiexec_path(), "-n", str(P), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
-                "--comm-worker", "--out", str(out), "--port", str(free_port()), "--comm-d",
-                *[str(int(d)) for d in args.comm_d], "--reps", str(args.reps), "--tree-root", str(os.getpid()),
-                "--noise-threshold", repr(args.noise_threshold), "--retries", str(args.retries),
-                "--min-round-s", repr(args.min_round_s)] + (["--quick"] if args.quick else [])
-        print(f"[peers] mpiexec -n {P}: gTop-k call, torch.distributed vs MPI, d = "
-              f"{', '.join(f'{int(d):,}' for d in args.comm_d)}", file=sys.stderr, flush=True)
-        try:
-            proc = subprocess.run(argv, env=worker_env(local=True), timeout=MPI_TIMEOUT_S, cwd=ROOT,
-                                  stdout=subprocess.PIPE, stderr=None, text=True)
-        except subprocess.TimeoutExpired:
-            print(f"[peers] gTop-k call P={P}: timed out after {MPI_TIMEOUT_S} s", file=sys.stderr)
-            return []
-        if proc.returncode != 0 or not out.exists():
-            print(f"[peers] gTop-k call P={P}: the MPI job failed (exit status {proc.returncode})", file=sys.stderr)
-            return []
-        rows = json.loads(out.read_text())["rows"]
+    job = mpi_job(P, args, ["--comm-worker", "--comm-d", *[str(int(d)) for d in args.comm_d]],
+                  "gTop-k call, torch.distributed vs MPI, d = " + ", ".join(f"{int(d):,}" for d in args.comm_d))
+    if job is None:
+        return []
+    rows = job["rows"]
     for row in rows:
         s = harness.Series.from_json(row["series"])
         row["noisy"] = s.noisy
