@@ -7,7 +7,8 @@ MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (or `dist.master_port`), as torchru
 host. The launcher watches its children: the first rank that exits non-zero (or is killed) is named
 in one line, the other ranks are stopped (SIGTERM, then SIGKILL after a grace period), and the job's
 exit status is that rank's (1 when it died from a signal). A dead rank thus ends the job within about
-a second, whatever `dist.timeout_s` is.
+a second, whatever `dist.timeout_s` is. Interrupted (Ctrl-C, SIGTERM), the launcher stops its ranks and
+returns 130 / 143.
 
 `dist.launch=false` writes the file and prints the torchrun and srun commands that run the same ranks
 on a cluster (docs/gpu-clusters.md).
@@ -106,12 +107,30 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     base = worker_env(local=True)
     procs: list[subprocess.Popen] = []
     try:
+        previous = signal.signal(signal.SIGTERM, _terminated)   # stop the ranks too, not only this process
+    except ValueError:                                          # not the main thread: leave signals alone
+        previous = None
+    try:
         for r in range(P):
             procs.append(subprocess.Popen(worker_command(config_path), env=rank_env(base, r, P, port)))
         return watch(procs)
     except KeyboardInterrupt:
         stop(procs)
         return 130
+    except Terminated:
+        stop(procs)
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(Exception):
+    """The launcher received SIGTERM."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def print_commands(cfg: DictConfig, run_dir: Path) -> None:
@@ -133,7 +152,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         print_commands(cfg, run_dir)
         return 0
     status = launch(cfg, run_dir)
-    if status not in (0, 130):
+    if status not in (0, 130, 143):          # interrupted: not a failure of the job
         log.error(f"error: backend=torch: the job failed with exit status {status} (see the rank messages above)")
     return status
 
