@@ -1,6 +1,6 @@
 """gTop-k S-SGD with error feedback inside a plain PyTorch DDP script: one added line, `ssgd.ddp.register`.
 
-    torchrun --standalone --nproc-per-node 2 examples/ddp_gtopk.py                  # CPU ranks, gloo (~20 s)
+    torchrun --standalone --nproc-per-node 2 examples/ddp_gtopk.py                  # CPU ranks, gloo (~45 s, busy 2 cores)
     torchrun --standalone --nproc-per-node 2 examples/ddp_gtopk.py --device cuda    # one GPU per rank, NCCL
     torchrun --standalone --nproc-per-node 4 examples/ddp_gtopk.py --compressor topk --density 0.01
 

@@ -62,22 +62,26 @@ def _rank_main(rank: int, P: int, port: int, backend: str, fn: Callable, args: t
 def fork_server() -> Any:
     """The forkserver context, its server started (once) with tests/rank_preload.py imported. The server is a
     new interpreter that sees this checkout's src/ and tests/ through PYTHONPATH (Python 3.11's forkserver
-    does not pass sys.path on to it); the ranks it forks get this process's sys.path as usual."""
+    does not pass sys.path on to it), and that answers CUDA queries from NVML, so that it never initialises
+    CUDA, which a forked rank could not use; the ranks it forks get this process's sys.path as usual."""
     from multiprocessing import forkserver
 
     ctx = mp.get_context("forkserver")
     if not _server["started"]:
         ctx.set_forkserver_preload(["rank_preload"])
         here = Path(__file__).resolve().parent
-        before = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(here), str(here.parent / "src"), before]))
+        before = {key: os.environ.get(key) for key in ("PYTHONPATH", "PYTORCH_NVML_BASED_CUDA_CHECK")}
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(here), str(here.parent / "src"),
+                                                                 before["PYTHONPATH"]]))
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"   # a CUDA query in the server must not initialise CUDA
         try:
             forkserver.ensure_running()
         finally:
-            if before is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = before
+            for key, value in before.items():
+                if value is None:
+                    del os.environ[key]
+                else:
+                    os.environ[key] = value
         _server["started"] = True
     return ctx
 
