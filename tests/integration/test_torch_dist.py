@@ -177,6 +177,14 @@ def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
     assert (summary["backend"], summary["world_size"], summary["steps"]) == ("torch", 2, 3)
 
 
+def worker(config: Path, env: dict[str, str], timeout: int = 120) -> subprocess.CompletedProcess:
+    """`python -m ssgd.torch_worker <config>` with `env` and none of the launchers' variables from this process."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"} and not k.startswith("SLURM_")}
+    return subprocess.run([sys.executable, "-m", "ssgd.torch_worker", str(config)], capture_output=True,
+                          text=True, timeout=timeout, env={**clean, "PYTHONPATH": str(ROOT / "src"), **env})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env, line", [
     ({}, "error: backend=torch: no rank in the environment: RANK (torchrun) and SLURM_PROCID (srun) are both unset"),
