@@ -57,7 +57,7 @@ bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench wo
 	$(PY) bench/dlbench.py --results $(RESULTS_DIR)/dlbench.json --out-dir $(CHARTS_DIR) \
 	  $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
 
-bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo), sparse vs dense, as ratios (~3 min; OUT=dir)
+bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~6 min; OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress (~17 min on 2 quiet cores)
@@ -120,6 +120,10 @@ profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's nu
 
 validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (~2 min; OUT=dir)
 	$(PY) paper_figs/validate_model.py $(if $(OUT),--out $(OUT)) $(ARGS)
+
+.PHONY: gpu-check
+gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (< 5 min; no GPU: says so, exit 0)
+	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 .PHONY: slurm-up slurm-down test-slurm
 slurm-up:  ## single-node SLURM cluster on this machine: installs Debian's slurm + munge as root, starts them (~1 min first time)

@@ -21,6 +21,13 @@ warm-up round.
    Goal: ssgd dense / DDP <= 1.
 3. **sparse schemes vs dense** at the same P: the same `Trainer.step` with topk, gtopk, gaussiank,
    randomk (density 0.001, the steady-state value) against dense.
+4. **backend=torch** (`--parts torch`): (a) in the same MPI jobs and rounds as part 2, `Trainer.step` on a
+   `TorchWorld` (the dense scheme's collective through torch.distributed on the gloo group DDP uses) against
+   DDP. Goal: ssgd torch dense / DDP <= 1. (b) one gTop-k call (`GTopKAllreduce`, density 0.001 of a random
+   d-vector, Top-k selected once beforehand) through `ssgd.comm.torch_dist` against the same call through
+   `ssgd.comm.mpi`, on P = --comm-P (default 2 4 8) ranks of this machine, d = --comm-d (default 1M, 25M);
+   time per call = the slowest rank's wall time over a block of calls between two barriers / calls. Both
+   executors run the same program; the ratio is the cost of the transport and of each executor's per-op work.
 
 Models: FNN-3 on the embedded MNIST digits and ResNet-20 on synthetic CIFAR-10 (compute-bound).
 
@@ -28,6 +35,7 @@ Models: FNN-3 on the embedded MNIST digits and ResNet-20 on synthetic CIFAR-10 (
     .venv/bin/python bench/trainer_vs_peers.py --quick    # ~1.5 min
     .venv/bin/python bench/trainer_vs_peers.py --quick --P 2 --models fnn3 --schemes dense topk   # ~30 s
     .venv/bin/python bench/trainer_vs_peers.py --parts mpi --P 2 4 --reps 5
+    .venv/bin/python bench/trainer_vs_peers.py --parts mpi torch --models fnn3 --schemes dense --quick   # torch only
 
 Writes <--out-dir>/trainer_vs_peers.json (every round's times and noise, per-part breakdown of our
 step, machine) and <--out-dir>/trainer_vs_peers.md (default bench/results). The driver never initialises MPI: it starts
@@ -53,7 +61,10 @@ import harness  # noqa: E402
 import machine_info as machine  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-PARTS = ("threads", "mpi")
+PARTS = ("threads", "mpi", "torch")
+COMM_P = (2, 4, 8)
+COMM_D = (1_000_000, 25_000_000)
+COMM_DENSITY = 0.001
 SCHEMES = ("dense", "topk", "gtopk", "gaussiank", "randomk")
 CASES = {   # model -> (dataset, per-worker batch, steps per timed block; quick steps)
     "fnn3": ("mnist_embedded", 32, 30, 10),
@@ -82,13 +93,14 @@ def compose(overrides: list[str]):
 
 
 class Ours:
-    """`Trainer.step` of the package on this rank's `MPIWorld`, cycling through the epoch's batches."""
+    """`Trainer.step` of the package on this rank's `MPIWorld` (or the given world, e.g. a `TorchWorld`),
+    cycling through the epoch's batches."""
 
-    def __init__(self, cfg, run_dir: Path) -> None:
+    def __init__(self, cfg, run_dir: Path, world=None) -> None:
         from ssgd import build
         from ssgd.mpi_world import MPIWorld
 
-        self.trainer, self.writer, _ = build.trainer(cfg, run_dir, MPIWorld())
+        self.trainer, self.writer, _ = build.trainer(cfg, run_dir, world or MPIWorld())
         self.density = float(cfg.compressor.density)
         self.loader = self.trainer.loader
         self.epoch, self.it = 0, 0
@@ -145,8 +157,8 @@ class DDP:
         pass
 
 
-def mpi_worker(args: argparse.Namespace) -> None:
-    """Every rank builds every variant, then runs interleaved rounds of blocks of steps (bench/harness.py)."""
+def join(args: argparse.Namespace) -> tuple:
+    """This MPI rank, joined to a gloo group over the same ranks: (comm, rank, P, share, meter, noise)."""
     import torch
     import torch.distributed as dist
     from mpi4py import MPI
@@ -155,8 +167,17 @@ def mpi_worker(args: argparse.Namespace) -> None:
     rank, P = comm.Get_rank(), comm.Get_size()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=P)
-    share, meter = harness.MPIShare(comm), harness.mpi_meter(comm, args.tree_root)
-    noise = harness.noise_from_args(args, quick=args.quick)
+    return (comm, rank, P, harness.MPIShare(comm), harness.mpi_meter(comm, args.tree_root),
+            harness.noise_from_args(args, quick=args.quick))
+
+
+def mpi_worker(args: argparse.Namespace) -> None:
+    """Every rank builds every variant, then runs interleaved rounds of blocks of steps (bench/harness.py)."""
+    import torch
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    comm, rank, P, share, meter, noise = join(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix=f"ssgd-peers-{rank}-") as tmp:
         for model in args.models:
@@ -166,6 +187,11 @@ def mpi_worker(args: argparse.Namespace) -> None:
                     f"cluster.world_size={P}", "wandb.mode=disabled", "trainer.progress=false"]
             runners: dict = {f"ssgd_{c}": Ours(compose(base + [f"compressor={c}"]), Path(tmp) / c)
                              for c in args.schemes}
+            if args.torch:                      # backend=torch's trainer on the gloo group DDP uses
+                from ssgd.torch_world import TorchWorld
+
+                runners["ssgd_torch_dense"] = Ours(compose(base + ["compressor=dense"]), Path(tmp) / "torch_dense",
+                                                   TorchWorld.joined())
             runners["ddp"] = DDP(compose(base + ["compressor=dense"]), rank, P)
 
             def block(runner):
@@ -201,6 +227,54 @@ def mpi_worker(args: argparse.Namespace) -> None:
                                               MPI.Get_library_version().strip("\x00 \n").splitlines()[0]}) + "\n")
 
 
+def comm_worker(args: argparse.Namespace) -> None:
+    """Every rank times one gTop-k call through torch.distributed (gloo) and through MPI, interleaved."""
+    import torch
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    from ssgd.comm.gtopk import GTopKAllreduce
+    from ssgd.comm.mpi import run_mpi
+    from ssgd.comm.torch_dist import TorchExecutor, run_torch
+    from ssgd.compress.topk import TopK
+
+    comm, rank, P, share, meter, noise = join(args)
+    collective, executor, rows = GTopKAllreduce(), TorchExecutor(), []
+    for d in args.comm_d:
+        u = torch.randn(int(d), generator=torch.Generator().manual_seed(1000 + rank))
+        payload = TopK().compress(u, COMM_DENSITY)
+        del u
+        calls = 5 if args.quick else 20
+
+        def block(call):
+            def run() -> float:
+                comm.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                comm.Barrier()
+                return (time.perf_counter() - t0) / calls
+            return run
+
+        def progress(r: harness.Round) -> None:
+            if rank == 0:
+                print(f"[peers] gtopk call P={P} d={int(d):,} round {r.index + 1}/{args.reps}: " + ", ".join(
+                    f"{n} {1e3 * t:.2f} ms" for n, t in r.times.items()) + (" NOISY" if r.noisy else ""),
+                    file=sys.stderr, flush=True)
+
+        series = harness.interleaved(
+            [("mpi", block(lambda: run_mpi(collective, payload, comm))),
+             ("torch", block(lambda: run_torch(collective, payload, executor=executor)))], args.reps,
+            threshold=noise.threshold, retries=noise.retries, warmup=1, min_round_s=noise.min_round_s, meter=meter,
+            share=share, on_round=progress)
+        if rank == 0:
+            rows.append({"P": P, "d": int(d), "k": len(payload), "calls_per_block": calls,
+                         "series": series.to_json()})
+    dist.destroy_process_group()
+    if rank == 0:
+        Path(args.out).write_text(json.dumps({"rows": rows}) + "\n")
+
+
 # ----------------------------------------------------------------------------------------------
 # driver
 # ----------------------------------------------------------------------------------------------
@@ -210,28 +284,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
+def mpi_job(P: int, args: argparse.Namespace, role: list[str], what: str) -> dict | None:
+    """Run this file under `mpiexec -n P` with `role` (the worker flag and its arguments) and the common noise
+    and round settings; the JSON rank 0 wrote, or None (said on stderr) when the job failed or timed out."""
     from ssgd.launch import mpiexec_path, worker_env
 
     with tempfile.TemporaryDirectory(prefix="ssgd-peers-") as tmp:
         out = Path(tmp) / "rows.json"
         argv = [mpiexec_path(), "-n", str(P), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
-                "--mpi-worker", "--out", str(out), "--port", str(free_port()), "--models", *args.models,
-                "--schemes", *args.schemes, "--reps", str(args.reps), "--tree-root", str(os.getpid()),
-                "--noise-threshold", repr(args.noise_threshold), "--retries", str(args.retries),
-                "--min-round-s", repr(args.min_round_s)] + (["--quick"] if args.quick else [])
-        print(f"[peers] mpiexec -n {P}: {', '.join(args.models)} x ({', '.join(args.schemes)}, ddp)",
-              file=sys.stderr, flush=True)
+                *role, "--out", str(out), "--port", str(free_port()), "--reps", str(args.reps),
+                "--tree-root", str(os.getpid()), "--noise-threshold", repr(args.noise_threshold),
+                "--retries", str(args.retries), "--min-round-s", repr(args.min_round_s)] \
+            + (["--quick"] if args.quick else [])
+        print(f"[peers] mpiexec -n {P}: {what}", file=sys.stderr, flush=True)
         try:
             proc = subprocess.run(argv, env=worker_env(local=True), timeout=MPI_TIMEOUT_S, cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=None, text=True)
         except subprocess.TimeoutExpired:
             print(f"[peers] P={P}: timed out after {MPI_TIMEOUT_S} s", file=sys.stderr)
-            return []
+            return None
         if proc.returncode != 0 or not out.exists():
             print(f"[peers] P={P}: the MPI job failed (exit status {proc.returncode})", file=sys.stderr)
-            return []
-        job = json.loads(out.read_text())
+            return None
+        return json.loads(out.read_text())
+
+
+def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
+    torch_part = "torch" in args.parts
+    job = mpi_job(P, args, ["--mpi-worker", "--models", *args.models, "--schemes", *args.schemes]
+                  + (["--torch"] if torch_part else []),
+                  f"{', '.join(args.models)} x ({', '.join(args.schemes)}{', ssgd_torch_dense' if torch_part else ''}, ddp)")
+    if job is None:
+        return []
     rows = job["rows"]
     for row in rows:
         s = harness.Series.from_json(row["series"])
@@ -239,10 +323,28 @@ def run_mpi(P: int, args: argparse.Namespace) -> list[dict]:
         row["noisy"] = s.noisy
         row["median_ms"] = {n: 1e3 * s.median(n) for n in s.names}
         row["ssgd_dense_over_ddp"] = s.ratio("ssgd_dense", "ddp").to_json() if "ssgd_dense" in s.names else None
+        row["ssgd_torch_dense_over_ddp"] = (s.ratio("ssgd_torch_dense", "ddp").to_json()
+                                            if "ssgd_torch_dense" in s.names else None)
         row["scheme_over_dense"] = {n: s.ratio(n, "ssgd_dense").to_json() for n in s.names
-                                    if n.startswith("ssgd_") and n != "ssgd_dense" and "ssgd_dense" in s.names}
+                                    if n.startswith("ssgd_") and n not in ("ssgd_dense", "ssgd_torch_dense")
+                                    and "ssgd_dense" in s.names}
         row["ssgd_parts_ms_rank0"] = {n: {k.removeprefix("time/").removesuffix("_s"): 1e3 * v for k, v in p.items()}
                                       for n, p in row["ssgd_parts_by_rank"][0].items()}
+    return rows
+
+
+def run_comm(P: int, args: argparse.Namespace) -> list[dict]:
+    """gTop-k call over torch.distributed vs over MPI on P ranks (`comm_worker` under mpiexec)."""
+    job = mpi_job(P, args, ["--comm-worker", "--comm-d", *[str(int(d)) for d in args.comm_d]],
+                  "gTop-k call, torch.distributed vs MPI, d = " + ", ".join(f"{int(d):,}" for d in args.comm_d))
+    if job is None:
+        return []
+    rows = job["rows"]
+    for row in rows:
+        s = harness.Series.from_json(row["series"])
+        row["noisy"] = s.noisy
+        row["median_ms"] = {n: 1e3 * s.median(n) for n in s.names}
+        row["torch_over_mpi"] = s.ratio("torch", "mpi").to_json()
     return rows
 
 
@@ -311,6 +413,31 @@ def markdown(result: dict) -> str:
                              + " | ".join(f"{harness.ratio_cell(r['scheme_over_dense'][s], noisy, digits=2)} "
                                           f"({r['median_ms'][s]:.1f} ms)" for s in schemes)
                              + f" | {harness.noise_cell(r['series'])} |")
+    torch_rows = [r for r in mpi if r.get("ssgd_torch_dense_over_ddp")]
+    if torch_rows:
+        lines += ["", "backend=torch, dense, vs DistributedDataParallel on the same gloo group, 1 thread per rank "
+                  f"(goal <= {DDP_GOAL:.2f}; same rounds as the MPI table):", "",
+                  f"| model | P | DDP ms/step | ssgd torch dense ms/step | ssgd torch dense / DDP, median [min-max] "
+                  f"| ssgd MPI dense / DDP | {harness.NOISE_COLUMN} |", "|---|---|---|---|---|---|---|"]
+        for r in torch_rows:
+            ms, noisy = r["median_ms"], r["noisy"]
+            lines.append(f"| {r['model']} | {r['P']} | {harness.time_cell(ms['ddp'] / 1e3, noisy)} "
+                         f"| {harness.time_cell(ms['ssgd_torch_dense'] / 1e3, noisy)} "
+                         f"| {harness.ratio_cell(r['ssgd_torch_dense_over_ddp'], noisy, digits=2)} "
+                         f"| {harness.ratio_cell(r['ssgd_dense_over_ddp'], noisy, digits=2)} "
+                         f"| {harness.noise_cell(r['series'])} |")
+    comm = result.get("comm", [])
+    if comm:
+        lines += ["", f"One gTop-k call (density {COMM_DENSITY}), torch.distributed (gloo) vs MPI, same program, "
+                  f"ranks of this machine ({harness.settings_line(comm[0]['series'])}):", "",
+                  f"| P | d | k | MPI ms/call | torch ms/call | torch / MPI, median [min-max] | {harness.NOISE_COLUMN} |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in comm:
+            ms, noisy = r["median_ms"], r["noisy"]
+            lines.append(f"| {r['P']} | {r['d']:,} | {r['k']:,} | {harness.time_cell(ms['mpi'] / 1e3, noisy)} "
+                         f"| {harness.time_cell(ms['torch'] / 1e3, noisy)} "
+                         f"| {harness.ratio_cell(r['torch_over_mpi'], noisy, digits=2)} "
+                         f"| {harness.noise_cell(r['series'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -325,7 +452,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     harness.add_noise_arguments(ap)
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--out", type=Path, help="JSON output (default <out-dir>/trainer_vs_peers.json)")
+    ap.add_argument("--comm-P", nargs="+", type=int, default=list(COMM_P),
+                    help="--parts torch: ranks of the gTop-k call comparison (default 2 4 8)")
+    ap.add_argument("--comm-d", nargs="+", type=float, default=list(COMM_D),
+                    help="--parts torch: vector sizes of the gTop-k call comparison (default 1e6 2.5e7)")
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--comm-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--tree-root", type=int, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -339,6 +472,8 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {bad[0]}: not one of {', '.join(allowed)}")
     if any(P < 1 for P in args.P) or args.reps < 1:
         raise UsageError("--P values and --reps must be >= 1")
+    if any(P < 1 for P in args.comm_P) or any(d < 1 for d in args.comm_d):
+        raise UsageError("--comm-P and --comm-d values must be >= 1")
     if (problem := harness.noise_problem(args)) is not None:
         raise UsageError(problem)
     if "dense" not in args.schemes:
@@ -349,6 +484,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.mpi_worker:
         mpi_worker(args)
+        return 0
+    if args.comm_worker:
+        comm_worker(args)
         return 0
     try:
         validate(args)
@@ -363,9 +501,11 @@ def main(argv: list[str]) -> int:
     result = {"machine": info, "settings": {"P": args.P, "models": args.models, "schemes": args.schemes,
                                             "reps": args.reps, "quick": args.quick, "retries": args.retries,
                                             "noise_threshold_cores": args.noise_threshold,
+                                            "comm_P": args.comm_P, "comm_d": [int(d) for d in args.comm_d],
                                             "min_round_s": args.min_round_s}}
     result["threads"] = run_threads(args) if "threads" in args.parts else []
-    result["mpi"] = [row for P in args.P for row in run_mpi(P, args)] if "mpi" in args.parts else []
+    result["mpi"] = [row for P in args.P for row in run_mpi(P, args)] if {"mpi", "torch"} & set(args.parts) else []
+    result["comm"] = [row for P in args.comm_P for row in run_comm(P, args)] if "torch" in args.parts else []
     result["settings"]["wall_s"] = time.perf_counter() - start
     out = args.out or args.out_dir / "trainer_vs_peers.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -375,7 +515,8 @@ def main(argv: list[str]) -> int:
     print(table)
     print(f"[peers] {result['settings']['wall_s']:.0f} s; wrote {out.name} and {out.with_suffix('.md').name}",
           file=sys.stderr)
-    failed = "mpi" in args.parts and len(result["mpi"]) < len(args.P) * len(args.models)
+    failed = ({"mpi", "torch"} & set(args.parts) and len(result["mpi"]) < len(args.P) * len(args.models)) \
+        or ("torch" in args.parts and len(result["comm"]) < len(args.comm_P) * len(args.comm_d))
     return 1 if failed else 0
 
 

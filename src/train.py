@@ -63,6 +63,18 @@ def run(cfg: DictConfig, run_dir: Path) -> float:
             return 0.0
         launch(cfg, run_dir)
         return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
+    if spec.config.backend is Backend.torch:     # P local torch.distributed ranks (ssgd.launch_torch)
+        from ssgd.launch_torch import run as run_torch
+
+        status = run_torch(cfg, run_dir)
+        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM)):
+            raise Interrupted(f"backend=torch: interrupted; the ranks were stopped (exit status {status})", status,
+                              step=-1, checkpoint=None)
+        if status != 0:
+            raise RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)",
+                           status)
+        summary_path = run_dir / "summary.json"   # absent when dist.launch=false only printed the commands
+        return final_val_acc(json.loads(summary_path.read_text())) if summary_path.exists() else 0.0
     stop = StopRequest()
     with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
         trainer, writer, world = build.trainer(spec, run_dir, stop=stop)

@@ -1,12 +1,14 @@
 # Sourced by the sbatch examples in this folder (not run by itself): check the job's environment, write the
-# run directory with `src/train.py backend=mpi mpi.launch=false`, and set WORKER to the per-rank command.
+# run directory with `src/train.py backend=mpi mpi.launch=false` (or, when the sourcing script set
+# SSGD_SBATCH_BACKEND=torch, `backend=torch dist.launch=false`), and set WORKER to the per-rank command.
 #
 #   source "$ROOT/scripts/slurm/prepare_run.sh" [hydra overrides...]
 #
 # In:  SLURM_NTASKS (the allocation: one MPI rank per task), SLURM_SUBMIT_DIR (submit from the repository root,
 #      or set SSGD_ROOT), optional SSGD_PYTHON (default <root>/.venv/bin/python, the project's interpreter)
 #      and SSGD_RUN_DIR (default <root>/outputs/slurm/<job name>-<job id>).
-# Out: ROOT, PY, RUN_DIR, WORKER (array); OMP_NUM_THREADS=1 and the repository's src/ on PYTHONPATH exported.
+# Out: ROOT, PY, RUN_DIR, WORKER (array: `python -m mpi4py -m ssgd.worker <config>` or `python -m ssgd.torch_worker
+#      <config>`); OMP_NUM_THREADS=1 and the repository's src/ on PYTHONPATH exported.
 # Bad input: one line on stderr and exit 2.
 set -euo pipefail
 
@@ -23,7 +25,7 @@ for arg in "$@"; do    # the allocation decides the number of ranks: refuse a di
     case $arg in
         cluster.world_size=*) [[ ${arg#*=} == "$SLURM_NTASKS" ]] \
             || fail "$arg but this job has $SLURM_NTASKS tasks: set the ranks with sbatch --ntasks" ;;
-        backend=*|mpi.launch=*|hydra.run.dir=*) fail "$arg: set by this script (backend=mpi, mpi.launch=false, SSGD_RUN_DIR)" ;;
+        backend=*|mpi.launch=*|dist.launch=*|hydra.run.dir=*) fail "$arg: set by this script (backend, mpi.launch=false or dist.launch=false, SSGD_RUN_DIR)" ;;
     esac
 done
 
@@ -32,6 +34,11 @@ export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}      # this checkout's pa
 if [[ $(id -u) == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 echo "job $SLURM_JOB_ID: $SLURM_NTASKS tasks on ${SLURM_JOB_NUM_NODES:-?} node(s) ($SLURM_JOB_NODELIST); run dir $RUN_DIR"
-"$PY" "$ROOT/src/train.py" backend=mpi mpi.launch=false "hydra.run.dir=$RUN_DIR" "cluster.world_size=$SLURM_NTASKS" "$@"
+case ${SSGD_SBATCH_BACKEND:-mpi} in
+    mpi)   LAUNCH=(backend=mpi mpi.launch=false); MODULE=(-m mpi4py -m ssgd.worker) ;;
+    torch) LAUNCH=(backend=torch dist.launch=false); MODULE=(-m ssgd.torch_worker) ;;
+    *)     fail "SSGD_SBATCH_BACKEND=$SSGD_SBATCH_BACKEND: must be mpi or torch" ;;
+esac
+"$PY" "$ROOT/src/train.py" "${LAUNCH[@]}" "hydra.run.dir=$RUN_DIR" "cluster.world_size=$SLURM_NTASKS" "$@"
 [[ -f $RUN_DIR/worker_config.yaml ]] || fail "src/train.py wrote no $RUN_DIR/worker_config.yaml"
-WORKER=("$PY" -m mpi4py -m ssgd.worker "$RUN_DIR/worker_config.yaml")
+WORKER=("$PY" "${MODULE[@]}" "$RUN_DIR/worker_config.yaml")

@@ -29,10 +29,20 @@ from ssgd.errors import ConfigError
 
 
 class Backend(Enum):
-    """How the P ranks run: all in this process (`thread`) or one process per rank (`mpi`)."""
+    """How the P ranks run: all in this process (`thread`), or one process per rank under MPI (`mpi`) or
+    torch.distributed (`torch`: gloo on CPU, NCCL on GPUs)."""
 
     thread = "thread"
     mpi = "mpi"
+    torch = "torch"
+
+
+class DistBackend(Enum):
+    """The torch.distributed process group of backend=torch (`auto`: nccl when device is cuda, else gloo)."""
+
+    auto = "auto"
+    gloo = "gloo"
+    nccl = "nccl"
 
 
 class WandbMode(Enum):
@@ -165,6 +175,22 @@ class MPIConfig:
 
 
 @dataclass
+class DistConfig:
+    """`dist:` settings of backend=torch (torch.distributed; docs/gpu-clusters.md)."""
+
+    backend: DistBackend = DistBackend.auto   # auto: nccl for device=cuda, gloo for device=cpu
+    timeout_s: float = 300.0         # a collective (or the rendezvous) waiting longer than this fails the rank
+    master_addr: Optional[str] = None  # rank 0's host when MASTER_ADDR is unset (null: SLURM's first node)
+    master_port: Optional[int] = None  # its port when MASTER_PORT is unset (null: from SLURM_JOB_ID)
+    launch: bool = True              # false: only write <run dir>/worker_config.yaml and print torchrun / srun commands
+
+    def __post_init__(self) -> None:
+        _finite_at_least(self.timeout_s, "dist.timeout_s", 0.0, strict=True, what=" (seconds)")
+        if self.master_port is not None and (isinstance(self.master_port, bool) or not 1 <= self.master_port <= 65535):
+            raise ConfigError(f"dist.master_port={self.master_port!r}: must be a port number in 1..65535 or null")
+
+
+@dataclass
 class WandbConfig:
     """`wandb:` run tracking (ssgd.utils.wandb_run names, groups and tags each run from its composed choices)."""
 
@@ -177,9 +203,9 @@ class WandbConfig:
 
 @dataclass
 class DebugConfig:
-    """Fault injection, to test that backend=mpi never hangs (tests only)."""
+    """Fault injection, to test that backend=mpi and backend=torch never hang (tests only)."""
 
-    fail_rank: Optional[int] = None  # this MPI rank fails ...
+    fail_rank: Optional[int] = None  # this rank (backend=mpi or torch) fails ...
     fail_step: int = 1               # ... when it starts this step (1-based)
     fail_mode: FailMode = FailMode["raise"]
 
@@ -201,6 +227,7 @@ class Config:
     trainer: TrainConfig = field(default_factory=TrainConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     mpi: MPIConfig = field(default_factory=MPIConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 
@@ -208,6 +235,10 @@ class Config:
         _int_at_least(self.seed, "seed", 0)
         if self.threads is not None:
             _int_at_least(self.threads, "threads", 1)
+        if (self.backend is Backend.torch and self.dist.backend is DistBackend.nccl
+                and not str(self.device).startswith("cuda")):
+            raise ConfigError(f"dist.backend=nccl needs device=cuda (NCCL moves CUDA tensors only; device={self.device}); "
+                              "use dist.backend=gloo or auto for CPU tensors")
 
 
 # Registered on import; Hydra imports `hydra_plugins.ssgd_schema` (which imports this module) whenever it

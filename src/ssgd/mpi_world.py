@@ -4,16 +4,19 @@ Importing this module initialises MPI; only the worker entry point (`ssgd.worker
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import torch
 from mpi4py import MPI
+from omegaconf import DictConfig
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.mpi import run_mpi
 from ssgd.comm.ops import RankLog
 from ssgd.payload import Payload
+from ssgd.rendezvous import MPI_LOCAL, LocalRank, local_rank, rank_device
 
 T = TypeVar("T")
 
@@ -21,12 +24,36 @@ T = TypeVar("T")
 class MPIWorld:
     """One rank per process: `map` runs only this rank, collectives go through mpi4py."""
 
+    job = "MPI job"
+    backend = "mpi"
+
     def __init__(self, comm: MPI.Comm | None = None) -> None:
         torch.set_num_threads(1)   # as every virtual rank of the threads backend: same bits
         self.comm = comm or MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.local_ranks = [self.rank]
         self.buffers: dict = {}    # dense results are reused: valid until the next collective call
+
+    def start_hint(self, n: int) -> str:
+        return f"mpiexec -n {n}"
+
+    def prepare(self, cfg: DictConfig) -> DictConfig:
+        """Set this rank's device in `cfg` (one GPU per rank: `cuda` -> `cuda:<local rank>`); returns `cfg`.
+        The local rank comes from Open MPI's or MPICH's environment, else from a shared-memory split of
+        the communicator (collective: every rank calls `prepare`). ConfigError when a host has fewer GPUs
+        than ranks."""
+        if str(cfg.device) == "cuda":
+            local = local_rank(os.environ, MPI_LOCAL) or self.shared_memory_rank()
+            cfg.device = rank_device("cuda", local, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return cfg
+
+    def shared_memory_rank(self) -> LocalRank:
+        """This rank's place among the ranks that share its host's memory (MPI.COMM_TYPE_SHARED)."""
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            return LocalRank(node.Get_rank(), node.Get_size(), "MPI.COMM_TYPE_SHARED")
+        finally:
+            node.Free()
 
     def map(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(self.rank)]
@@ -54,3 +81,10 @@ class MPIWorld:
 
     def close(self) -> None:
         pass
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, status: int) -> None:
+        """End the whole job now with `status` (MPI_Abort)."""
+        self.comm.Abort(status)

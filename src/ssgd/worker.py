@@ -13,8 +13,9 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from omegaconf import OmegaConf
 
@@ -82,7 +83,7 @@ def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
         f.write(f"{status}\t{message}\n")
 
 
-def failure(err: Exception, rank: int, run_dir: Path) -> str:
+def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> str:
     """The one line for an exception on this rank; its traceback goes to <run dir>/mpi/rank<r>-traceback.txt."""
     from ssgd.launch import ENDED_FILE
 
@@ -93,48 +94,50 @@ def failure(err: Exception, rank: int, run_dir: Path) -> str:
     except OSError:
         pass
     first = f"{type(err).__name__}: {err}".strip().splitlines()[0]
-    return f"backend=mpi: rank {rank} failed: {first} (traceback in {path})"
+    return f"backend={backend}: rank {rank} failed: {first} (traceback in {path})"
 
 
-def end_alone(comm, status: int) -> NoReturn:
-    """End this rank, and so the job, with `status` at once: `python -m mpi4py` would abort the job anyway
-    for a non-zero status, but only after seconds of interpreter teardown (a scheduler's grace time, and
-    the other ranks waiting in a collective, cannot spare them)."""
+def end_alone(world: Any, status: int) -> NoReturn:
+    """End this rank, and so the job, with `status` at once (`world.abort`: MPI_Abort under MPI, an
+    immediate exit under torch.distributed, whose launcher stops the other ranks): waiting for the
+    interpreter's teardown costs seconds a scheduler's grace time and the ranks blocked in a collective
+    cannot spare."""
     sys.stdout.flush()
     sys.stderr.flush()
-    comm.Abort(status)
+    world.abort(status)
     raise SystemExit(status)                  # not reached
 
 
-def end_together(comm, status: int) -> NoReturn:
+def end_together(world: Any, status: int) -> NoReturn:
     """End an ending every rank reached at the same point (interrupted, diverged) with `status`, once rank 0
     has written everything (the barrier)."""
-    comm.Barrier()
-    end_alone(comm, status)
+    world.barrier()
+    end_alone(world, status)
 
 
-def main(argv: list[str]) -> int:
-    """One rank's run; returns its exit status (docs/faults.md). `python -m mpi4py` aborts the job when a
-    rank ends non-zero, so a rank that ends alone (an exception) ends the job; endings every rank reaches
-    together (interrupted, diverged) wait for rank 0 to finish writing first."""
+def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
+    """One rank's run; returns its exit status (docs/faults.md). `make_world` builds its world (default:
+    `MPIWorld`; `ssgd.torch_worker` passes a TorchWorld). A rank that ends alone (an exception) ends the
+    job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
     from ssgd.stop import StopRequest
 
     stop = StopRequest()
     with stop.installed():                    # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
-        return _main(argv, stop)
+        return _main(argv, stop, make_world)
 
 
-def _main(argv: list[str], stop) -> int:
+def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
     from ssgd import build, config
     from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted
-    from ssgd.mpi_world import MPIWorld
     from ssgd.report import diverged, report
     from ssgd.utils.logs import setup_rank
 
     if len(argv) != 1:
         print("usage: mpiexec -n P python -m mpi4py -m ssgd.worker RUN_DIR/worker_config.yaml", file=sys.stderr)
         return EXIT_BAD_INPUT
-    world = MPIWorld()
+    if make_world is None:
+        from ssgd.mpi_world import MPIWorld as make_world
+    world = make_world()
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
     path = Path(argv[0])
@@ -146,19 +149,20 @@ def _main(argv: list[str], stop) -> int:
             raise ConfigError(f"{path}: no such worker config (written by `python src/train.py backend=mpi`)")
         cfg = config.load(OmegaConf.load(path))
         if cfg.cluster.world_size != world.size:
-            raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this MPI job has {world.size} ranks; "
-                              f"start it with mpiexec -n {cfg.cluster.world_size} or set cluster.world_size={world.size}")
+            raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this {world.job} has {world.size} ranks; "
+                              f"start it with {world.start_hint(cfg.cluster.world_size)} or set cluster.world_size={world.size}")
+        cfg = world.prepare(cfg)        # this rank's device (one GPU per rank); torch.distributed: join the group
         trainer, writer, _ = build.trainer(cfg, run_dir, world, stop=stop)
     except (ConfigError, Interrupted) as err:
         problem = (err.status if isinstance(err, Interrupted) else EXIT_BAD_INPUT, str(err))
     except Exception as err:
-        problem = (EXIT_FAILED, failure(err, world.rank, run_dir))
+        problem = (EXIT_FAILED, failure(err, world.rank, run_dir, world.backend))
     # building needs no communication, so every rank gets here: rank 0 says the first rank's problem
-    first = next((p for p in world.comm.allgather(problem) if p is not None), None)
+    first = next((p for p in world.allgather([problem]) if p is not None), None)
     if first is not None:
         if world.is_root:
             report_end(*first, run_dir, say=True)
-        end_together(world.comm, first[0])
+        end_together(world, first[0])
     inject_fault(trainer, world.rank, cfg.debug)
     try:
         summary = trainer.fit()
@@ -166,13 +170,13 @@ def _main(argv: list[str], stop) -> int:
         writer.close()
         if err.step < 0:                      # a second signal: at once, this rank alone
             report_end(err.status, str(err), run_dir, say=world.is_root)
-            end_alone(world.comm, err.status)
+            end_alone(world, err.status)
         if world.is_root:                     # every rank stopped at the same step boundary
             report_end(err.status, str(err), run_dir, say=True)
-        end_together(world.comm, err.status)
+        end_together(world, err.status)
     except Exception as err:                  # this rank alone: the others wait in a collective
-        report_end(EXIT_FAILED, failure(err, world.rank, run_dir), run_dir, say=True)
-        end_alone(world.comm, EXIT_FAILED)
+        report_end(EXIT_FAILED, failure(err, world.rank, run_dir, world.backend), run_dir, say=True)
+        end_alone(world, EXIT_FAILED)
     writer.close()
     if world.is_root:
         log.info(report(summary))
@@ -181,7 +185,7 @@ def _main(argv: list[str], stop) -> int:
         return 0
     if world.is_root:                         # every rank knows: the loss and the checks are gathered
         report_end(EXIT_DIVERGED, diverged(summary), run_dir, say=True)
-    end_together(world.comm, EXIT_DIVERGED)
+    end_together(world, EXIT_DIVERGED)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,6 @@
 
 Every mpiexec runs under a timeout, so a hang fails the test instead of the CI job.
 """
-import json
-import math
 import os
 import subprocess
 import sys
@@ -11,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
-from conftest import CONF, group_options
+from conftest import group_options
+from equivalence import EQUIV, assert_same_runs
 from ssgd.launch import mpiexec_path, worker_command, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,38 +38,12 @@ def test_collectives_on_real_ranks(n):
     assert f"P={n}: 8 passed, 0 failed" in proc.stdout
 
 
-EQUIV = ["cluster.world_size=3", "trainer.batch_size=256", "trainer.epochs=1", "trainer.checkpoint_every=1",
-         "model.dropout=0.2", "seed=5", "capture.stats=true", "capture.u_steps=[3]"]
-# 5 steps of 3 x 256 digits, dropout on, capture on (it must work, and agree, on both backends)
-
-
 @pytest.mark.parametrize("compressor", group_options("compressor"))     # every scheme in conf/compressor/
 def test_thread_and_mpi_end_with_the_same_parameters(compressor, tmp_path):
-    runs = {}
     for backend in ("thread", "mpi"):
         proc = train(tmp_path / backend, f"backend={backend}", f"compressor={compressor}", *EQUIV)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        runs[backend] = torch.load(tmp_path / backend / "checkpoint.pt", weights_only=False)
-    a, b = runs["thread"], runs["mpi"]
-    assert a["shared"]["step"] == b["shared"]["step"] == 5
-    collective = OmegaConf.load(CONF / "compressor" / f"{compressor}.yaml").collective._target_
-    if collective == "ssgd.comm.dense.DenseAllreduce":
-        # MPI_Allreduce sums in an order of its own: equal up to float32 rounding of 5 steps
-        for x, y in zip(a["shared"]["params"], b["shared"]["params"]):
-            assert torch.allclose(x, y, rtol=0, atol=1e-5), (x - y).abs().max()
-    else:
-        assert all(torch.equal(x, y) for x, y in zip(a["shared"]["params"], b["shared"]["params"]))
-        for r in range(3):      # every rank's residual too
-            memory_a, memory_b = a["ranks"][r]["memory"], b["ranks"][r]["memory"]
-            assert memory_a.keys() == memory_b.keys()
-            assert all(torch.equal(memory_a[key], memory_b[key]) for key in memory_a)
-    stats = {backend: [json.loads(line) for line in (tmp_path / backend / "capture" / "stats.jsonl").read_text()
-                       .splitlines()] for backend in runs}
-    assert [r["step"] for r in stats["mpi"]] == [1, 2, 3, 4, 5]
-    for x, y in zip(stats["thread"], stats["mpi"]):     # rank 0's u: equal; x = mean of u: MPI's sum order
-        assert x.keys() == y.keys() and all(math.isclose(x[k], y[k], rel_tol=1e-5, abs_tol=1e-12) for k in x)
-    u = [torch.load(tmp_path / b / "capture" / "u_step000003.pt", weights_only=False)["u"] for b in runs]
-    assert torch.allclose(u[0], u[1], rtol=0, atol=1e-6)
+    assert_same_runs(tmp_path / "thread", tmp_path / "mpi", compressor)
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill"])

@@ -128,7 +128,7 @@ def test_bad_dlbench_arguments_are_one_line_errors(args, message):
 def test_bad_trainer_bench_arguments_are_one_line_errors():
     proc = run("trainer_vs_peers.py", "--parts", "gpu")
     assert proc.returncode == 2
-    assert proc.stderr == "error: --parts gpu: not one of threads, mpi\n"
+    assert proc.stderr == "error: --parts gpu: not one of threads, mpi, torch\n"
 
 
 def test_batch_sizes_and_thread_counts():
@@ -162,8 +162,8 @@ def test_markdown_table_marks_a_parameter_mismatch():
 @pytest.mark.slow
 def test_trainer_vs_peers_runs_both_parts(tmp_path):
     out = tmp_path / "peers.json"
-    proc = run("trainer_vs_peers.py", "--P", "2", "--models", "fnn3", "--schemes", "dense", "topk", "--reps", "1",
-               "--quick", "--out", str(out))
+    proc = run("trainer_vs_peers.py", "--parts", "threads", "mpi", "--P", "2", "--models", "fnn3", "--schemes", "dense",
+               "topk", "--reps", "1", "--quick", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [(r["compressor"], r["P"]) for r in result["threads"]] == [("dense", 2), ("gtopk", 2)]   # the fnn3 cases
@@ -176,6 +176,23 @@ def test_trainer_vs_peers_runs_both_parts(tmp_path):
     assert row["series"]["rounds"][0]["other_cores"] is not None          # rank 0 measured the job's noise
     assert {"compute", "comm", "update", "step"} <= set(row["ssgd_parts_ms_rank0"]["ssgd_dense"])
     assert "ssgd dense / DDP" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+def test_trainer_vs_peers_torch_part(tmp_path):
+    """backend=torch's dense trainer in the same rounds as DDP, and the gTop-k call over torch.distributed vs MPI."""
+    out = tmp_path / "peers.json"
+    proc = run("trainer_vs_peers.py", "--parts", "torch", "--P", "2", "--models", "fnn3", "--schemes", "dense",
+               "--comm-P", "2", "--comm-d", "5000", "--reps", "1", "--quick", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (row,) = result["mpi"]
+    assert row["series"]["names"] == ["ssgd_dense", "ssgd_torch_dense", "ddp"]
+    assert row["ssgd_torch_dense_over_ddp"]["median"] > 0 and row["scheme_over_dense"] == {}
+    (comm,) = result["comm"]
+    assert (comm["P"], comm["d"], comm["k"]) == (2, 5000, 5) and comm["torch_over_mpi"]["median"] > 0
+    table = out.with_suffix(".md").read_text()
+    assert "ssgd torch dense / DDP" in table and "| 2 | 5,000 | 5 |" in table
 
 
 def test_summary_reads_what_exists(tmp_path):

@@ -63,7 +63,7 @@ BAD = {
     "schedule.warmup_epochs=-2": "schedule.warmup_epochs=-2",
     "schedule.gamma=0": "schedule.gamma=0",
     "schedule.gamma=1e300 schedule.milestones=[1,2]": "schedule.gamma=1e+300",
-    "backend=xyz": "backend=xyz: Invalid value 'xyz', expected one of [thread, mpi]",
+    "backend=xyz": "backend=xyz: Invalid value 'xyz', expected one of [thread, mpi, torch]",
     "wandb.mode=sometimes": "wandb.mode=sometimes: Invalid value 'sometimes', expected one of [disabled, offline, online]",
     "device=tpu": "device='tpu': must be cpu, cuda or cuda:N",
     "threads=0": "threads=0: must be an integer >= 1",

@@ -1,0 +1,142 @@
+"""`make gpu-check`: every CUDA path of the lab in one command, with a table of what passed (< 5 min on one GPU).
+
+    .venv/bin/python scripts/gpu_check.py [--out DIR]
+
+On a machine without a CUDA device it says so in one line and exits 0 having run nothing GPU-specific (so the
+target is safe in any CI). On a GPU machine it runs, each under a timeout:
+
+  1. the GPU tests, `pytest -m gpu tests/gpu` (executors on NCCL and with staged CUDA payloads, one GPU per rank
+     under torch.distributed and MPI, training on cuda with every backend, the DDP hook == the trainer on NCCL);
+  2. a short NCCL `backend=torch` run of `src/train.py` (gTop-k, one GPU per rank, 2 ranks when there are 2 GPUs);
+  3. the selection benchmark on the GPU (`bench/selection.py --devices cuda --quick`: Top-k vs Gaussian-k,
+     Random-k, DGC sampling);
+  4. the DDP-hook example on NCCL (`torchrun examples/ddp_gtopk.py --device cuda`);
+
+(timeouts 150 + 60 + 60 + 60 s: at most about 5.5 min even when something hangs), then prints one table (check, result, seconds, detail), writes it to <--out>/gpu_check.md with the JSON beside,
+and exits 1 if any check failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def run(argv: list[str], timeout: float, **kwargs) -> tuple[int | None, str, float]:
+    """(exit status or None on timeout, combined output tail, seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env, **kwargs)
+        return proc.returncode, (proc.stdout + proc.stderr)[-4000:], time.perf_counter() - start
+    except subprocess.TimeoutExpired as err:
+        out = (err.stdout or b"").decode(errors="replace") + (err.stderr or b"").decode(errors="replace")
+        return None, out[-4000:], time.perf_counter() - start
+
+
+def verdict(status: int | None) -> str:
+    return "pass" if status == 0 else ("TIMEOUT" if status is None else f"FAIL ({status})")
+
+
+def pytest_rows(tmp: Path) -> list[dict]:
+    xml = tmp / "gpu.xml"
+    status, out, seconds = run([PY, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", f"--junitxml={xml}", "-p",
+                                "no:cacheprovider"], timeout=150)
+    rows = []
+    if xml.exists():
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            outcome = "pass"
+            for child in case:
+                if child.tag in ("failure", "error"):
+                    outcome = "FAIL"
+                elif child.tag == "skipped":
+                    outcome = "skipped: " + (child.get("message") or "")[:60]
+            rows.append({"check": f"test {case.get('name')}", "result": outcome,
+                         "seconds": float(case.get("time", 0)), "detail": ""})
+    if status != 0 and not any(r["result"] == "FAIL" for r in rows):
+        rows.append({"check": "pytest -m gpu tests/gpu", "result": verdict(status), "seconds": seconds,
+                     "detail": " ".join(out.split()[-30:])})
+    return rows
+
+
+def nccl_run(tmp: Path, P: int) -> dict:
+    run_dir = tmp / "nccl_run"
+    status, out, seconds = run([PY, "src/train.py", "backend=torch", "device=cuda", f"cluster.world_size={P}",
+                                "compressor=gtopk", "trainer.max_steps=200", "trainer.progress=false",
+                                "wandb.mode=disabled", f"hydra.run.dir={run_dir}"], timeout=60)
+    detail = " ".join(out.split()[-12:])
+    if status == 0 and (run_dir / "summary.json").exists():
+        s = json.loads((run_dir / "summary.json").read_text())
+        detail = (f"P={P}, 200 steps: {1e3 * s.get('time/step_s', 0):.2f} ms/step (comm {1e3 * s.get('time/comm_s', 0):.2f}), "
+                  f"val acc {s.get('val/acc', 0):.3f}")
+    return {"check": "train.py backend=torch device=cuda (NCCL)", "result": verdict(status), "seconds": seconds,
+            "detail": detail}
+
+
+def selection(tmp: Path) -> dict:
+    status, out, seconds = run([PY, "bench/selection.py", "--devices", "cuda", "--quick", "--out-dir", str(tmp)],
+                               timeout=60)
+    detail = " ".join(out.split()[-12:])
+    path = tmp / "selection.json"
+    if status == 0 and path.exists():
+        detail = f"tables in {path.name}; ratios Top-k time / method time per (u, d) in the printed output"
+    return {"check": "bench/selection.py --devices cuda --quick", "result": verdict(status), "seconds": seconds,
+            "detail": detail}
+
+
+def ddp_example(P: int) -> dict:
+    status, out, seconds = run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(P),
+                                "examples/ddp_gtopk.py", "--device", "cuda"], timeout=60)
+    lines = [line for line in out.splitlines() if "validation accuracy" in line]
+    return {"check": f"torchrun examples/ddp_gtopk.py --device cuda (NCCL, P={P})", "result": verdict(status),
+            "seconds": seconds, "detail": lines[-1] if lines else " ".join(out.split()[-12:])}
+
+
+def table(rows: list[dict], header: str) -> str:
+    out = [header, "", "| check | result | seconds | detail |", "|---|---|---|---|"]
+    out += [f"| {r['check']} | {r['result']} | {r['seconds']:.1f} | {r['detail'].replace('|', '/')} |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where gpu_check.md/.json go")
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"gpu-check: no CUDA device here (torch {torch.__version__}, CUDA build {torch.version.cuda}, "
+              "torch.cuda.is_available() is False): nothing GPU-specific was run")
+        return 0
+    gpus = torch.cuda.device_count()
+    names = ", ".join(torch.cuda.get_device_name(i) for i in range(gpus))
+    P = min(2, gpus)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ssgd-gpu-check-") as tmp:
+        rows = pytest_rows(Path(tmp))
+        rows += [nccl_run(Path(tmp), P), selection(Path(tmp)), ddp_example(P)]
+        selection_json = Path(tmp) / "selection.json"
+        selection_data = json.loads(selection_json.read_text()) if selection_json.exists() else None
+    header = (f"gpu-check on {gpus} x {names} (torch {torch.__version__}, CUDA {torch.version.cuda}), "
+              f"{time.perf_counter() - start:.0f} s")
+    text = table(rows, header)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu_check.md").write_text(text)
+    (args.out / "gpu_check.json").write_text(json.dumps({"header": header, "rows": rows,
+                                                        "selection": selection_data}, indent=1) + "\n")
+    failed = [r for r in rows if r["result"] != "pass" and not r["result"].startswith("skipped")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""Execute this process's rank of a collective program on torch.distributed (backend=torch, the DDP hook).
+
+The same `Collective.program` as the in-process executor (`ssgd.comm.thread`) and MPI
+(`ssgd.comm.mpi`), stepped by the same `ssgd.comm.driver.run_program`; only how each operation is
+carried out differs:
+
+  * `Send` / `Recv`: `dist.send` / `dist.recv` with the op's tag (NCCL has no tags: there, messages
+    between two ranks match in the order they are posted, which is all the programs here rely on).
+  * `Allgatherv`: a size exchange (`all_gather_single` of one int64 per rank), then one
+    `all_gather_single` of the blocks padded to the largest size, because NCCL has no allgatherv.
+    Bytes are counted as the allgatherv the cost model describes; the padding actually moved is
+    (max size - own size) per rank: zero for the fixed-size schemes (Top-k, Random-k, DGC sampling),
+    not for Gaussian-k's variable counts.
+  * `Bcast`: `dist.broadcast` from the group's rank 0.
+  * `Allreduce`: `dist.all_reduce(SUM)`. torch.distributed documents no summation order, and gloo's
+    and NCCL's algorithms do not add in rank order, so dense results equal the rank-order sum of the
+    threads backend only to rounding (tests/integration/test_torch_dist.py states the bound). Sparse
+    schemes are bitwise equal to the other executors: their sums are computed by the program itself.
+
+Which device a library reads: gloo takes host tensors, NCCL takes the GPU of this rank. A tensor
+elsewhere (a CUDA payload on gloo, a host tensor on NCCL) is staged by `ssgd.comm.staging` and the
+copy time logged as `RankLog.staging_s`. Bytes and messages are counted with the same functions as
+the other executors (`ssgd.comm.ops.collective_sent`, `ssgd.perf.cost.p2p_sent`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ssgd.comm.base import Collective, Reduced
+from ssgd.comm.driver import run_program
+from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, collective_sent, nbytes
+from ssgd.comm.staging import empty_on, from_comm, pooled, to_comm
+from ssgd.payload import Payload
+from ssgd.perf import cost
+
+
+def comm_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """The device `group`'s backend reads: this rank's current GPU for NCCL, the host otherwise."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class TorchExecutor:
+    """Carries out operations for this rank of `group` (default: the default process group)."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None, pool: dict | None = None) -> None:
+        self.group = group
+        self.rank, self.P = dist.get_rank(group), dist.get_world_size(group)
+        self.device = comm_device(group)
+        self.tags = dist.get_backend(group) != "nccl"
+        self.pool = pool
+
+    def __call__(self, op: Op, log: RankLog) -> Any:
+        group, device, P = self.group, self.device, self.P
+        tag = op.tag if self.tags and isinstance(op, (Send, Recv)) else 0
+        if isinstance(op, Send):
+            dist.send(to_comm(op.buf, device, log), group=group, group_dst=op.dest, tag=tag)
+            log.stats.add(cost.p2p_sent(nbytes(op.buf)))
+            return None
+        if isinstance(op, Recv):
+            buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
+            dist.recv(buf, group=group, group_src=op.source, tag=tag)
+            if buf is not op.buf:
+                op.buf.copy_(from_comm(buf, op.buf, log))
+            return None
+        if isinstance(op, Allreduce):
+            if op.buf.device == device:          # all_reduce works in place: the program's buffer stays intact
+                out = pooled(op.buf, self.pool)
+                out.copy_(op.buf)
+            else:
+                out = to_comm(op.buf, device, log)  # already a copy
+            dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+            log.stats.add(collective_sent(op, self.rank, P))
+            return from_comm(out, op.buf, log)
+        if isinstance(op, Allgatherv):
+            send = to_comm(op.buf, device, log).reshape(-1)
+            sizes_t = torch.empty(P, dtype=torch.int64, device=device)
+            dist.all_gather_single(sizes_t, torch.tensor([send.numel()], dtype=torch.int64, device=device), group=group)
+            sizes = sizes_t.tolist()
+            log.stats.add(collective_sent(op, self.rank, P, [n * send.element_size() for n in sizes]))
+            width = max(sizes)
+            if width == 0:                       # every block empty (all ranks see the same sizes)
+                return [op.buf.new_empty(0) for _ in range(P)]
+            padded = send if send.numel() == width else torch.cat([send, send.new_zeros(width - send.numel())])
+            recv = torch.empty(P * width, dtype=send.dtype, device=device)
+            dist.all_gather_single(recv, padded, group=group)
+            recv = from_comm(recv, op.buf, log)
+            return [recv[r * width:r * width + n] for r, n in enumerate(sizes)]
+        if isinstance(op, Bcast):
+            buf = to_comm(op.buf, device, log) if self.rank == 0 else empty_on(op.buf, device)
+            dist.broadcast(buf, group=group, group_src=0)
+            log.stats.add(collective_sent(op, self.rank, P))
+            return from_comm(buf, op.buf, log)
+        raise TypeError(f"unknown operation {op!r}")
+
+
+def run_torch(collective: Collective, payload: Payload, group: dist.ProcessGroup | None = None,
+              pool: dict | None = None, executor: TorchExecutor | None = None) -> tuple[Reduced, RankLog]:
+    """Run this rank's program of `collective` to completion on `group` (`pool`: see
+    `ssgd.comm.staging.pooled`; pass a long-lived `executor` to skip looking the group up per call)."""
+    execute = executor or TorchExecutor(group, pool)
+    log = RankLog()
+    reduced = run_program(collective, execute.rank, execute.P, payload, lambda op: execute(op, log))
+    return reduced, log

@@ -1,0 +1,78 @@
+"""The DDP communication hook (ssgd.ddp): the example script under torchrun, and a hook step == a trainer step.
+
+All on CPU with gloo: the example runs as a user runs it (`torchrun --nproc-per-node 2`, marked `slow`); the
+equality tests run in forked ranks of one gloo group (tests/torch_ranks.py), each under a timeout.
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import group_options
+from ddp_steps import STEPS, same_bits, trainer_and_hook
+from torch_ranks import run_ranks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("compressor", group_options("compressor"))     # every scheme in conf/compressor/
+def test_with_one_bucket_a_hook_step_equals_the_trainer_step(compressor, tmp_path):
+    """One bucket covers FNN-3 (bucket_cap_mb=100, also after DDP's first-iteration rebuild, which reorders the
+    bucket): after 4 steps the DDP model's weights and every rank's residual equal the trainer's, bitwise (both
+    on torch.distributed, so the dense all_reduce is the same too)."""
+    P = 2
+    out = run_ranks(P, trainer_and_hook, (compressor, str(tmp_path), {"bucket_cap_mb": 100}), timeout=120)
+    for rank, r in enumerate(out):
+        assert r["buckets"] == 1 and r["calls"] == STEPS
+        assert all(same_bits(a, b) for a, b in zip(r["trainer"], r["hook"])), f"rank {rank}: weights differ"
+        assert same_bits(r["trainer_e"], r["hook_e"]), f"rank {rank}: residuals differ"
+    assert all(same_bits(a, b) for a, b in zip(out[0]["hook"], out[1]["hook"]))   # the ranks agree
+
+
+def test_several_buckets_train_and_the_ranks_agree(tmp_path):
+    """bucket_cap_mb=0.2 with find_unused_parameters=True: FNN-3's first layer in one bucket, the rest in another
+    (whose gradients DDP orders last-layer first). Each bucket has its own selection and residual, so this is not
+    the trainer's whole-model step; the ranks must still agree bitwise."""
+    args = {"bucket_cap_mb": 0.2, "find_unused_parameters": True}
+    out = run_ranks(2, trainer_and_hook, ("gtopk", str(tmp_path), args), timeout=120)
+    assert out[0]["buckets"] == 2 and out[0]["calls"] == 2 * STEPS
+    assert all(same_bits(a, b) for a, b in zip(out[0]["hook"], out[1]["hook"]))
+    assert all(np.isfinite(a).all() for a in out[0]["hook"])
+    assert not all(same_bits(a, b) for a, b in zip(out[0]["trainer"], out[0]["hook"]))
+
+
+@pytest.mark.slow
+def test_the_example_trains_under_torchrun(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(ROOT / "examples" / "ddp_gtopk.py"), "--steps", "150"],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"gtopk density 0.001 on 2 ranks \(gloo\): validation accuracy ([0-9.]+); achieved density "
+                  r"0.00100; 238,800 bytes and 150 messages", proc.stdout)
+    assert m is not None, proc.stdout
+    assert float(m.group(1)) > 0.5, proc.stdout          # chance is 0.1
+
+
+def test_relayout_moves_each_parameters_residual_to_its_new_bucket():
+    """Without a process group: a bucket (0, 1, 2) with a known residual, then DDP's rebuilt buckets (2,) and
+    (0, 1): every parameter's residual entries move, and the old bucket is dropped."""
+    from ssgd.ddp import SparseHook, _scheme_from
+    from ssgd.tools.schemes import load_config
+
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 2, 4)]
+    config = load_config("topk")
+    hook = SparseHook(_scheme_from(config, 0), 0.5, params, 0, config)
+    first = hook._new_bucket((0, 1, 2), torch.device("cpu"))
+    first.sync.memory.load_state_dict({"e": torch.arange(9, dtype=torch.float32)})
+    last = hook._new_bucket((2,), torch.device("cpu"))
+    assert torch.equal(last.sync.memory.state_dict()["e"], torch.tensor([5.0, 6, 7, 8]))
+    assert (0, 1, 2) in hook.buckets                        # still owns parameters 0 and 1
+    head = hook._new_bucket((0, 1), torch.device("cpu"))
+    assert torch.equal(head.sync.memory.state_dict()["e"], torch.tensor([0.0, 1, 2, 3, 4]))
+    assert set(hook.buckets) == {(2,), (0, 1)}
