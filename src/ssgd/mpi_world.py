@@ -82,6 +82,8 @@ class MPIWorld:
     def close(self) -> None:
         pass
 
+    in_group = True    # MPI is initialised when the world exists (torch.distributed joins in `prepare`)
+
     def barrier(self) -> None:
         self.comm.Barrier()
 

@@ -145,6 +145,11 @@ class TorchWorld:
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    @property
+    def in_group(self) -> bool:
+        """Whether this rank has joined the process group (`prepare` joins it)."""
+        return dist.is_initialized()
+
     def barrier(self) -> None:
         dist.barrier(group=self.objects)
 

@@ -157,6 +157,9 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
         problem = (err.status if isinstance(err, Interrupted) else EXIT_BAD_INPUT, str(err))
     except Exception as err:
         problem = (EXIT_FAILED, failure(err, world.rank, run_dir, world.backend))
+    if problem is not None and not world.in_group:   # torch.distributed before its group: each rank alone
+        report_end(*problem, run_dir, say=world.is_root)
+        return problem[0]
     # building needs no communication, so every rank gets here: rank 0 says the first rank's problem
     first = next((p for p in world.allgather([problem]) if p is not None), None)
     if first is not None:
