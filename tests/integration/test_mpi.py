@@ -40,6 +40,13 @@ def test_collectives_on_real_ranks(n):
     assert f"P={n}: 8 passed, 0 failed" in proc.stdout
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_gtopk_strict_residual_on_real_ranks(n):
+    proc = mpiexec(n, sys.executable, "-m", "mpi4py", str(ROOT / "tests" / "mpi" / "check_gtopk_strict.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"P={n}: 5 passed, 0 failed" in proc.stdout
+
+
 EQUIV = ["cluster.world_size=3", "trainer.batch_size=256", "trainer.epochs=1", "trainer.checkpoint_every=1",
          "model.dropout=0.2", "seed=5", "capture.stats=true", "capture.u_steps=[3]"]
 # 5 steps of 3 x 256 digits, dropout on, capture on (it must work, and agree, on both backends)
@@ -72,6 +79,19 @@ def test_thread_and_mpi_end_with_the_same_parameters(compressor, tmp_path):
         assert x.keys() == y.keys() and all(math.isclose(x[k], y[k], rel_tol=1e-5, abs_tol=1e-12) for k in x)
     u = [torch.load(tmp_path / b / "capture" / "u_step000003.pt", weights_only=False)["u"] for b in runs]
     assert torch.allclose(u[0], u[1], rtol=0, atol=1e-6)
+
+
+def test_thread_and_mpi_agree_with_the_strict_gtopk_residual(tmp_path):
+    """The strict rule's extra mask messages run on real ranks too: same parameters and residuals."""
+    runs = {}
+    for backend in ("thread", "mpi"):
+        proc = train(tmp_path / backend, f"backend={backend}", "compressor=gtopk", "compressor.collective.residual=strict",
+                     *EQUIV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[backend] = torch.load(tmp_path / backend / "checkpoint.pt", weights_only=False)
+    a, b = runs["thread"], runs["mpi"]
+    assert all(torch.equal(x, y) for x, y in zip(a["shared"]["params"], b["shared"]["params"]))
+    assert all(torch.equal(a["ranks"][r]["memory"]["e"], b["ranks"][r]["memory"]["e"]) for r in range(3))
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill"])
