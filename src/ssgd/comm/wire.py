@@ -29,13 +29,18 @@ def pack_sparse(s: Sparse, out: Tensor | None = None) -> Tensor:
     """int32 [2n]: indices then the values' bits, written into `out` (int32 [2n]) when given, which
     is then returned. ValueError when s.numel > MAX_NUMEL."""
     check_numel(s.numel)
-    n = s.idx.numel()
     if out is None:
         return torch.cat([s.idx.to(torch.int32), s.val.to(torch.float32).view(torch.int32)])
+    return pack_entries(s.idx, s.val, out)
+
+
+def pack_entries(idx: Tensor, val: Tensor, out: Tensor) -> Tensor:
+    """`pack_sparse` of (indices < 2^31, values) into `out` (int32 [2n]); returns `out`."""
+    n = idx.numel()
     if out.dtype != torch.int32 or out.shape != (2 * n,):
         raise ValueError(f"pack_sparse: out must be int32 [{2 * n}], got {out.dtype} {tuple(out.shape)}")
-    out[:n].copy_(s.idx)
-    out[n:].view(torch.float32).copy_(s.val)
+    out[:n].copy_(idx)
+    out[n:].view(torch.float32).copy_(val)
     return out
 
 
