@@ -102,13 +102,12 @@ class BlockPeaks:
     def above(self, thr: float, cand: Tensor | None = None) -> Tensor:
         """int64 increasing positions j with |u_j| > thr (`cand`: `candidates(thr)`, if known)."""
         cand = self.candidates(thr) if cand is None else cand
-        vals = self.rows.index_select(0, cand).view(-1)
-        # |v| > thr without materialising |v| (identical for any thr, NaN included)
-        hit = torch.nonzero((vals > thr) | (vals < -thr)).view(-1)
+        vals = self.rows.index_select(0, cand).view(-1)           # about BLOCK * k entries, not d
+        hit = torch.nonzero(vals.abs_() > thr).view(-1)            # abs(NaN) > thr is False, as released
         idx = cand.index_select(0, torch.div(hit, self.block, rounding_mode="floor")).mul_(self.block)
         idx.add_(torch.remainder(hit, self.block))
         if self.tail.numel():
-            tail = torch.nonzero((self.tail > thr) | (self.tail < -thr)).view(-1).add_(self.n)
+            tail = torch.nonzero(self.tail.abs() > thr).view(-1).add_(self.n)
             idx = torch.cat([idx, tail])
         return idx if thr == thr else idx[:0]
 
