@@ -62,7 +62,8 @@ class MergeTrace:
     """Where one merge put its operands, so that survival can be traced back down the tree.
 
     n: entries in the union; into_a, into_b: int64 position in the union of each entry of a and b
-    (a common index has one position); kept: int64 union positions kept, increasing (None: all).
+    (a common index has one position); kept: int64 union positions kept, in the result's order
+    (None: all, in union order).
     """
 
     n: int
@@ -71,7 +72,7 @@ class MergeTrace:
     kept: Tensor | None
 
     def survivors(self, alive: Tensor) -> tuple[Tensor, Tensor]:
-        """alive: bool [entries of the merge's result], which of them survive further up ->
+        """alive: bool [entries of the merge's result, in its order], which of them survive further up ->
         (bool [len(a)], bool [len(b)]): the operands' entries whose value is in a surviving sum."""
         if self.kept is None:
             in_union = alive
@@ -80,15 +81,17 @@ class MergeTrace:
         return in_union.index_select(0, self.into_a), in_union.index_select(0, self.into_b)
 
 
-def merge_entries(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor,
-                  k: int) -> tuple[Tensor, Tensor, MergeTrace]:
+def merge_entries(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: int,
+                  ordered: bool = True) -> tuple[Tensor, Tensor, MergeTrace]:
     """One gTop-k tree merge (released code `gtopk_sparse_allreduce`) of two sparse vectors given as
     (indices, float32 values), in any order, indices of any integer dtype:
     1. sum them (on a common index the value is (0 + a) + b: the bits of `sum_sparse`),
     2. keep the k entries of largest magnitude (all of them if there are at most k),
-    returned as (indices, values) in increasing index order, with the trace of where each operand
-    entry went. (1-D `index_select` / `scatter_` rather than advanced indexing: several times faster
-    on CPU; the union's order is kept by a mask of the chosen entries instead of a sort.)
+    returned as (indices, values), with the trace of where each operand entry went. In increasing
+    index order when `ordered` (kept by a mask of the chosen entries, not a sort); otherwise in
+    `torch.topk`'s order, which is enough for a result that only goes into another merge (the next
+    union is sorted again, so the chosen set and the bits do not depend on it).
+    (1-D `index_select` / `scatter_` rather than advanced indexing: several times faster on CPU.)
     """
     na = a_idx.numel()
     idx, inverse = torch.unique(torch.cat([a_idx, b_idx]), sorted=True, return_inverse=True)
@@ -97,9 +100,9 @@ def merge_entries(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor,
     into_a, into_b = inverse[:na], inverse[na:]
     if n <= k:
         return idx, val, MergeTrace(n, into_a, into_b, None)
-    chosen = torch.zeros(n, dtype=torch.bool, device=val.device)
-    chosen.scatter_(0, torch.topk(val.abs(), k, sorted=False).indices, True)
-    kept = chosen.nonzero().view(-1)                              # the chosen positions, increasing
+    kept = torch.topk(val.abs(), k, sorted=False).indices
+    if ordered:                                                   # the chosen positions, increasing
+        kept = torch.zeros(n, dtype=torch.bool, device=val.device).scatter_(0, kept, True).nonzero().view(-1)
     return idx.index_select(0, kept), val.index_select(0, kept), MergeTrace(n, into_a, into_b, kept)
 
 
@@ -165,7 +168,9 @@ class GTopKAllreduce(Collective):
                 break
             if rank | mask < P:
                 yield Recv(rank | mask, bufs.recv, TAG_GTOPK)
-                s_idx, s_val, trace = merge_entries(s_idx, s_val, bufs.recv[:k], bufs.recv[k:].view(torch.float32), k)
+                last = rank == 0 and mask << 1 >= P                # the global set: index order
+                s_idx, s_val, trace = merge_entries(s_idx, s_val, bufs.recv[:k], bufs.recv[k:].view(torch.float32), k,
+                                                    ordered=last)
                 merges.append((rank | mask, trace))
             mask <<= 1
         support = None
