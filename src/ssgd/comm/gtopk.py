@@ -159,7 +159,8 @@ class GTopKAllreduce(Collective):
     def _run(self, rank: int, P: int, payload: Sparse, bufs: _RankBuffers) -> Generator[Op, Any, Reduced]:
         d, k = payload.numel, len(payload)
         check_numel(d)
-        own = payload.idx.to(torch.int32)                         # the wire's indices, kept through the tree
+        # a rank that merges keeps the wire's int32 indices through the tree; a leaf packs its payload as it is
+        own = payload.idx.to(torch.int32) if P > 1 and not rank & 1 else payload.idx
         s_idx, s_val, merges, mask, parent = own, payload.val, [], 1, None
         while mask < P:                                           # 1. reduce to rank 0
             if rank & mask:
