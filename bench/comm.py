@@ -12,8 +12,8 @@ u = randn(d) (seed = rank) and its payloads once, then times, interleaved in rou
                               hclhkbu/gtopkssgd (allreducer.py), re-implemented (numpy, float64
                               packing, np.intersect1d merges, a Barrier per round, Bcast from rank 0);
   * both gTop-k "with decode": the collective plus what each trainer does with the result: ours,
-    `Trainer.step`'s `results[0].average()` and the parameters' .grad made views of it
-    (bench/ours.py); released, its decode into a reused buffer (fill 0, write V_g at I_g, / P).
+    `Trainer.step`'s decode into its persistent gradient buffer, whose views the parameters' .grad
+    are (bench/ours.py); released, its decode into a reused buffer (fill 0, write V_g at I_g, / P).
 
 Each call starts after a Barrier; its time is the slowest rank's (max over ranks). A round runs every
 item once, or several times (`inner`) so that a round lasts >= --min-round-s; per item the round's

@@ -46,16 +46,17 @@ def sent_indices(payload: Any, reduced: Any) -> np.ndarray:
     return reduced.sent(payload).indices().numpy().astype(np.int64)
 
 
-def make_params(d: int, parts: int = 8) -> list[torch.nn.Parameter]:
-    """`parts` parameters of d elements in all, as a model's (untouched memory: no page is written)."""
+def make_params(d: int, parts: int = 8) -> Any:
+    """`parts` parameters of d elements in all, as a model's (untouched memory: no page is written),
+    with the trainer's persistent gradient buffer (`ssgd.comm.decode.ParamGrads`): pass it to `decode`."""
+    from ssgd.comm.decode import ParamGrads
+
     sizes = [d // parts + (1 if i < d % parts else 0) for i in range(parts)]
-    return [torch.nn.Parameter(torch.empty(n)) for n in sizes if n]
+    return ParamGrads([torch.nn.Parameter(torch.empty(n)) for n in sizes if n])
 
 
-def decode(reduced: Any, params: list[torch.nn.Parameter]) -> torch.Tensor:
-    """What the trainer does with the result today (`Trainer.step` then `Trainer._apply`): the
-    averaged dense gradient `results[0].average()`, then each parameter's .grad made a view of it."""
-    grad = reduced.average()
-    for p, g in zip(params, grad.split([p.numel() for p in params])):
-        p.grad = g.view_as(p)
-    return grad
+def decode(reduced: Any, params: Any) -> torch.Tensor:
+    """What the trainer does with the result (`Trainer.step`: `self.grads.set(results[0])`): the
+    averaged gradient decoded into the persistent buffer (a sparse result clears the previous
+    result's positions and writes its own), each parameter's .grad a view of it."""
+    return params.set(reduced)

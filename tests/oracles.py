@@ -101,6 +101,22 @@ def gtopk(entries: Sequence[dict[int, float]], k: int) -> dict[int, np.float32]:
     return current[0]
 
 
+def gtopk_sent_strict(entries: Sequence[dict[int, float]], k: int) -> list[set[int]]:
+    """The same tree as `gtopk`, tracking which ranks' values each kept entry sums; returns, per
+    rank, the indices of its own entries whose value is in rank 0's final sum (the strict residual
+    rule: only those count as sent)."""
+    current = [{int(i): (F32(v), {r}) for i, v in e.items()} for r, e in enumerate(entries)]
+    for pairs in gtopk_pairs(len(entries)):
+        for receiver, sender in pairs:
+            union = dict(current[receiver])
+            for i, (v, who) in current[sender].items():
+                union[i] = (F32(union[i][0] + v), union[i][1] | who) if i in union else (v, who)
+            kept = topk_of_dict({i: v for i, (v, _) in union.items()}, k)
+            current[receiver] = {i: union[i] for i in kept}
+            current[sender] = None
+    return [{i for i, (_, who) in current[0].items() if r in who} for r in range(len(entries))]
+
+
 def exact_topk_of_sum(entries: Sequence[dict[int, float]], k: int) -> dict[int, np.float32]:
     """What gTop-k is NOT in general: the top-k of the exact (rank-order) sum."""
     total: dict[int, np.float32] = {}

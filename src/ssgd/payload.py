@@ -37,6 +37,10 @@ class Payload(Protocol):
         are exact copies may set those positions to zero instead of subtracting; a lossy kind
         (quantised values) must subtract its decoded values, so that e keeps the rounding error.
     indices(): int64 positions carried, or None when the payload is dense (analysis capture).
+
+    Optional, for decoding in O(count) instead of O(d) (`ssgd.comm.decode.Decoder`):
+    write_into(out, scale): out[positions carried] = values / scale, every other position of
+        float32 [d] `out` untouched. A kind without it is decoded by `to_dense(scale, out=...)`.
     """
 
     @property
@@ -92,6 +96,10 @@ class Dense:
     def indices(self) -> Tensor | None:
         return None
 
+    def write_into(self, out: Tensor, scale: float = 1.0) -> Tensor:
+        """The whole of `out` = values / scale (what `to_dense(scale, out)` does)."""
+        return self.to_dense(scale, out=out)
+
 
 @dataclass(frozen=True)
 class Sparse:
@@ -119,14 +127,17 @@ class Sparse:
         else:
             _check_out(out, self.numel)
             out.zero_()
-        out[self.idx] = self.val if scale == 1.0 else self.val / scale
-        return out
+        return self.write_into(out, scale)
+
+    def write_into(self, out: Tensor, scale: float = 1.0) -> Tensor:
+        """out[idx] = val / scale (division element-wise); the rest of `out` untouched. O(n)."""
+        return out.scatter_(0, self.idx, self.val if scale == 1.0 else self.val / scale)
 
     def restrict(self, support: Tensor | None) -> Payload:
-        """self, or the entries whose index is in `support`."""
+        """self, or the entries whose index is in `support` (in this payload's order)."""
         if support is None:
             return self
-        keep = torch.isin(self.idx, support)
+        keep = member_of(self.idx, support)
         return Sparse(self.idx[keep], self.val[keep], self.numel)
 
     def subtract_from(self, e: Tensor) -> None:
@@ -136,6 +147,20 @@ class Sparse:
 
     def indices(self) -> Tensor | None:
         return self.idx
+
+
+def member_of(x: Tensor, support: Tensor) -> Tensor:
+    """bool [len(x)]: which entries of x occur in `support` (int64, distinct), as `torch.isin`.
+
+    A support in increasing order (gTop-k's global set and strict supports are) is searched by
+    bisection, O(n log m) without the sort that `torch.isin` does; any other order goes to isin.
+    """
+    m = support.numel()
+    if m == 0 or x.numel() == 0:
+        return torch.zeros(x.numel(), dtype=torch.bool, device=x.device)
+    if m > 1 and not bool((support[1:] > support[:-1]).all()):
+        return torch.isin(x, support)
+    return support.index_select(0, torch.searchsorted(support, x).clamp_(max=m - 1)) == x
 
 
 def sum_sparse(parts: list[Sparse]) -> Sparse:

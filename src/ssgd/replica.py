@@ -35,15 +35,17 @@ def loss_and_correct(out: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 class Replica:
     """A rank's module (own buffers, possibly shared Parameters), dropout generator and sync state.
 
-    `params` is the list of Parameters gradients are taken with respect to; `flat` is this rank's
-    float32 [d] gradient buffer (the dense payload, or added into the residual).
+    `params` is the list of Parameters gradients are taken with respect to. Each step's gradient
+    goes where the memory says (`gradient_buffer`): added part by part into the residual e (which
+    then is u = g + e; no separate gradient buffer exists), or copied into this rank's own float32
+    [d] buffer (the dense payload, for a scheme without error feedback).
     """
 
     def __init__(self, module: nn.Module, params: list[nn.Parameter], sync: RankSync,
                  dropout_gen: torch.Generator) -> None:
         self.module, self.params, self.sync, self.dropout_gen = module, params, sync, dropout_gen
         use_generator(module, dropout_gen)
-        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=params[0].device)
+        self.flat, self.adds = sync.memory.gradient_buffer(sum(p.numel() for p in params), params[0].device)
         self.views = [v.view_as(p) for v, p in zip(self.flat.split([p.numel() for p in params]), params)]
 
     def step(self, x: Tensor, y: Tensor, density: float) -> LocalStep:
@@ -53,13 +55,15 @@ class Replica:
         loss, correct = loss_and_correct(self.module(x), y)
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         for view, g in zip(self.views, grads):
-            if g is None:
+            if self.adds:                                # u = e + g, as e.add_(flat g) would give
+                view.add_(0.0 if g is None else g)
+            elif g is None:
                 view.zero_()
             else:
                 view.copy_(g)
         loss_value, hits = loss.item(), float(correct)   # on CUDA this waits for the backward pass
         t1 = time.perf_counter()
-        u, payload = self.sync.compress(self.flat, density)
+        u, payload = self.flat, self.sync.compress_compensated(self.flat, density)
         if self.flat.is_cuda:
             torch.cuda.synchronize(self.flat.device)     # so that compress_s covers the selection
         t2 = time.perf_counter()

@@ -65,6 +65,11 @@ class RankSync:
         u = self.memory.compensate(grad)
         return u, self.compressor.compress(u, density)
 
+    def compress_compensated(self, u: Tensor, density: float) -> Payload:
+        """The payload of u, when the gradient was written through `memory.gradient_buffer` (so u
+        already is g + e)."""
+        return self.compressor.compress(u, density)
+
     def settle(self, payload: Payload, reduced: Reduced) -> None:
         """After the collective: e = u - (part of payload that counted as sent)."""
         self.memory.update(reduced.sent(payload))

@@ -1,6 +1,7 @@
 """The S-SGD loop: forward/backward on every rank, compress, aggregate, one update, evaluate, log.
 
-Data-parallel synchronous SGD with weak scaling (batch size per worker; hclhkbu/gtopkssgd): each step,
+Data-parallel synchronous SGD with weak scaling (batch size per worker, as in both released trainers,
+hclhkbu/gtopkssgd and hclhkbu/GaussianK-SGD): each step,
 every rank r computes g_r on its own micro-batch, compresses u_r = g_r + e_r, the scheme's
 collective aggregates, every rank updates its residual, and the averaged gradient drives one SGD
 step (momentum and weight decay act after aggregation, as released). The trainer has no
@@ -10,6 +11,9 @@ Runs that never lie: the summary's means are running totals that checkpoints car
 reports what the uninterrupted run reports; a checkpoint is never written from non-finite state (a
 diverged run keeps its last good one and records `diverged_at_step`); a stop request (SIGTERM, SIGINT:
 `ssgd.stop`) ends the run at the next step boundary with a checkpoint and `ssgd.errors.Interrupted`.
+
+The averaged gradient is decoded into one persistent flat buffer whose views are the parameters'
+.grad (`ssgd.comm.decode.Decoder`): no d-sized allocation per step, and a sparse result costs O(k).
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from torch import Tensor, nn
 
 from ssgd.capture import Capture
 from ssgd.checkpoint import Resume, save_checkpoint
+from ssgd.comm.decode import ParamGrads
 from ssgd.comm.ops import RankLog
 from ssgd.config import TrainConfig
 from ssgd.data.base import TensorData
@@ -64,6 +69,7 @@ class Trainer:
         self.replicas = {r: Replica(m, self.params, RankSync(scheme, r, self.d, self.device),
                                     rank_generator(seed, r, "dropout", self.device))
                          for r, m in zip(world.local_ranks, modules)}
+        self.grads = ParamGrads(self.params)
         self.optimizer = make_optimizer(self.params)
         self.schedule = schedule
         self.epoch, self.step_count = 0, 0
@@ -87,14 +93,14 @@ class Trainer:
         t1 = time.perf_counter()
         results, logs = self.world.collective(self.scheme.collective, [s.payload for s in local])
         t2 = time.perf_counter()
-        aggregated = results[0].average()
+        aggregated = self.grads.set(results[0])        # the .grad are views of it
         capture_s = self._observe(density, local, results, aggregated)
         settle_s = []
         for r, s, res in zip(self.world.local_ranks, local, results):
             ts = time.perf_counter()
             self.replicas[r].sync.settle(s.payload, res)
             settle_s.append(time.perf_counter() - ts)
-        self._apply(aggregated)
+        self._apply()
         t3 = time.perf_counter()
         return self._step_metrics(local, logs, settle_s, density, wall=(t1 - t0, t2 - t1, t3 - t2 - capture_s))
 
@@ -108,11 +114,12 @@ class Trainer:
                              [s.payload for s in local], results, aggregated)
         return time.perf_counter() - start
 
-    def _apply(self, grad: Tensor) -> None:
-        for p, g in zip(self.params, grad.split([p.numel() for p in self.params])):
-            p.grad = g.view_as(p)
+    def _apply(self) -> None:
+        """One optimizer step on the parameters' .grad (set by `self.grads.set`)."""
         if self.cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+            if not torch.isfinite(norm):       # scaled by NaN: the zeros outside the support are gone
+                self.grads.decoder.invalidate()
         self.optimizer.step()
 
     def _step_metrics(self, local: list[LocalStep], logs: list[RankLog], settle_s: list[float], density: float,

@@ -38,12 +38,28 @@ def test_collectives_on_real_ranks(n):
     assert f"P={n}: 8 passed, 0 failed" in proc.stdout
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_gtopk_strict_residual_on_real_ranks(n):
+    proc = mpiexec(n, sys.executable, "-m", "mpi4py", str(ROOT / "tests" / "mpi" / "check_gtopk_strict.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"P={n}: 5 passed, 0 failed" in proc.stdout
+
+
 @pytest.mark.parametrize("compressor", group_options("compressor"))     # every scheme in conf/compressor/
 def test_thread_and_mpi_end_with_the_same_parameters(compressor, tmp_path):
     for backend in ("thread", "mpi"):
         proc = train(tmp_path / backend, f"backend={backend}", f"compressor={compressor}", *EQUIV)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert_same_runs(tmp_path / "thread", tmp_path / "mpi", compressor)
+
+
+def test_thread_and_mpi_agree_with_the_strict_gtopk_residual(tmp_path):
+    """The strict rule's extra mask messages run on real ranks too: same parameters and residuals."""
+    for backend in ("thread", "mpi"):
+        proc = train(tmp_path / backend, f"backend={backend}", "compressor=gtopk", "compressor.collective.residual=strict",
+                     *EQUIV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_runs(tmp_path / "thread", tmp_path / "mpi", "gtopk")
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill"])

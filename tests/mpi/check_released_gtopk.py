@@ -9,7 +9,7 @@ GTopKAllreduce and bench/released_gtopk.py (a re-implementation of hclhkbu/gtopk
     round and rounds to float32 when it packs; the package sums in float32);
   * the rank's sent entries (released: `included`, positions of its original indices in the
     global set; package: its payload restricted to the result's support), exactly;
-  * the decoded averaged gradient (released: its reused buffer; package: `average()`), to rounding.
+  * the decoded averaged gradient (released: its reused buffer; package: the trainer's decode), to rounding.
 Cases: independent N(0, 1) per rank (little overlap between ranks), and a shared component plus
 per-rank noise (large overlap: the "sum common indices first" step decides the result).
 Verdicts are combined with one allreduce, so a failing rank cannot strand the others; exit 1 on

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from ssgd.compress.gaussiank import GaussianK, mean_std, normal_quantile
+from ssgd.compress.gaussiank import BlockPeaks, GaussianK, mean_std, normal_quantile
 from ssgd.compress.sparse import k_of
 
 
@@ -66,4 +66,52 @@ def test_selection_equals_the_released_algorithm(seed, density, dist):
     # torch.std_mean's statistics differ in the last bits (and with the thread count, for the
     # released code too): at most an element or two on the threshold may flip
     assert len(got ^ released(u, density)) <= 2
+    assert torch.equal(s.val, u[s.idx])
+
+
+def plain_above(u: torch.Tensor, thr: float) -> torch.Tensor:
+    return torch.nonzero(u.abs() > thr).view(-1)
+
+
+@pytest.mark.parametrize("d", [0, 1, 31, 32, 33, 100, 1000])
+@pytest.mark.parametrize("block", [1, 4, 32])
+def test_block_peaks_select_exactly_what_a_full_comparison_selects(d, block):
+    g = torch.Generator().manual_seed(d + block)
+    u = torch.randn(d, generator=g)
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, -1.0, 2.5])
+    if d:
+        at = torch.randint(d, (min(d, 12),), generator=g)
+        u[at] = specials[torch.randint(len(specials), (at.numel(),), generator=g)]
+    peaks = BlockPeaks(u, block)
+    for thr in [-1.0, 0.0, 0.5, 1.0, 2.5, 3.0, float("inf"), float("nan")]:      # ties with entries included
+        got = peaks.above(thr)
+        assert torch.equal(got, plain_above(u, thr)), thr
+        lower, upper = peaks.bounds(thr, peaks.candidates(thr))
+        assert lower <= got.numel() <= upper, (thr, lower, got.numel(), upper)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_selection_with_nan_or_inf_entries_equals_the_released_loop(seed):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(10_000, generator=g)
+    u[torch.randint(10_000, (3,), generator=g)] = float("inf") if seed == 1 else float("nan")
+    s = GaussianK().compress(u, 0.01)
+    assert set(s.idx.tolist()) == released(u, 0.01, stats=mean_std)
+    assert torch.equal(s.idx, s.idx.sort().values)                      # increasing, like nonzero
+
+
+@pytest.mark.parametrize("density", [0.001, 0.05])
+def test_the_peaks_decide_refinements_on_heavy_tails(density):
+    """On Laplace u the first threshold passes ~10 k entries: the refinement is decided from the
+    peaks (more than 4k/3 candidate blocks) and the result still equals the released loop."""
+    g = torch.Generator().manual_seed(4)
+    u = torch.empty(300_000).exponential_(generator=g) - torch.empty(300_000).exponential_(generator=g)
+    k = k_of(u.numel(), density)
+    mean, std = mean_std(u)
+    peaks = BlockPeaks(u)
+    thr = mean + normal_quantile(1 - density / 2) * std
+    lower, _ = peaks.bounds(thr, peaks.candidates(thr))
+    assert lower > 4 * k / 3 or density == 0.05        # the shortcut is taken at density 0.001
+    s = GaussianK().compress(u, density)
+    assert set(s.idx.tolist()) == released(u, density, stats=mean_std)
     assert torch.equal(s.val, u[s.idx])

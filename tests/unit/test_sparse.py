@@ -72,3 +72,12 @@ def test_pack_refuses_a_vector_longer_than_the_int32_wire_carries():
     with pytest.raises(ValueError, match="int32 wire format") as err:
         pack_sparse(sparse([0], [1.0], d=MAX_NUMEL + 1))
     assert "\n" not in str(err.value)
+
+
+def test_pack_into_a_buffer_is_the_same_bits_and_checks_the_buffer():
+    s = sparse([7, 0, 3], [float("nan"), -0.0, 1e-45])
+    out = torch.full((6,), -1, dtype=torch.int32)
+    assert pack_sparse(s, out=out) is out and torch.equal(out, pack_sparse(s))
+    for bad in (torch.empty(5, dtype=torch.int32), torch.empty(6, dtype=torch.int64)):
+        with pytest.raises(ValueError, match="out must be int32"):
+            pack_sparse(s, out=bad)

@@ -25,13 +25,27 @@ def check_numel(numel: int, what: str = "sparse payload") -> None:
                          "indices fit the int32 wire format of the sparse collectives")
 
 
-def pack_sparse(s: Sparse) -> Tensor:
-    """int32 [2n]: indices then the values' bits. ValueError when s.numel > MAX_NUMEL."""
+def pack_sparse(s: Sparse, out: Tensor | None = None) -> Tensor:
+    """int32 [2n]: indices then the values' bits, written into `out` (int32 [2n]) when given, which
+    is then returned. ValueError when s.numel > MAX_NUMEL."""
     check_numel(s.numel)
-    return torch.cat([s.idx.to(torch.int32), s.val.to(torch.float32).view(torch.int32)])
+    if out is None:
+        return torch.cat([s.idx.to(torch.int32), s.val.to(torch.float32).view(torch.int32)])
+    return pack_entries(s.idx, s.val, out)
+
+
+def pack_entries(idx: Tensor, val: Tensor, out: Tensor) -> Tensor:
+    """`pack_sparse` of (indices < 2^31, values) into `out` (int32 [2n]); returns `out`."""
+    n = idx.numel()
+    if out.dtype != torch.int32 or out.shape != (2 * n,):
+        raise ValueError(f"pack_sparse: out must be int32 [{2 * n}], got {out.dtype} {tuple(out.shape)}")
+    out[:n].copy_(idx)
+    out[n:].view(torch.float32).copy_(val)
+    return out
 
 
 def unpack_sparse(buf: Tensor, numel: int) -> Sparse:
-    """Inverse of `pack_sparse` (bit-exact)."""
+    """Inverse of `pack_sparse` (bit-exact). The indices are a new int64 tensor; the values are a
+    float32 VIEW of `buf` (no copy): valid while `buf` is not reused."""
     n = buf.numel() // 2
     return Sparse(buf[:n].to(torch.int64), buf[n:].view(torch.float32), numel)

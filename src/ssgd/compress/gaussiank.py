@@ -20,7 +20,18 @@ gradients (heavier tails than Gaussian) it often does: FNN-3 sends ~2.7 k per st
 `refinement="bisect"` (not the released code; off by default) is a tighter option for comparisons at
 equal achieved density: the same first threshold and x0.5 / x1.5 steps until the count has been seen
 on both sides of [2k/3, 4k/3], then bisection between the last threshold that kept too many and the
-last that kept too few, for up to `loops` passes in all (one O(d) comparison each).
+last that kept too few, for up to `loops` passes in all (each as cheap as a released one, below).
+
+Memory passes (docs/hot-path.md). Read as released, every refinement costs a comparison of all d
+entries plus `nonzero` over a d-sized mask, with d-sized temporaries each time. Here u is read four
+times in all, whatever the number of refinements, and nothing d-sized is written: `sum` and `dot`
+for the statistics, then one `amax` and one `amin` per block of `BLOCK` consecutive entries
+(`BlockPeaks`). A block can hold an entry with |u_j| > thr only if its max exceeds thr or its min
+is below -thr; each refinement compares the d / BLOCK peaks, and only the entries of the candidate
+blocks (about BLOCK * k of them near the target density). When the peaks alone prove that the count
+is above 4k/3 (more candidate blocks than that) or below 2k/3 (fewer candidate entries than that),
+a refinement that is not the last decides without visiting any entry. The result (set, order and
+values) is exactly the released loop's, on the same statistics.
 """
 from __future__ import annotations
 
@@ -36,6 +47,7 @@ from ssgd.payload import Sparse
 
 REFINEMENT_LOOPS = 3
 REFINEMENTS = ("released", "bisect")
+BLOCK = 32      # entries per block of `BlockPeaks` (smaller blocks: fewer candidates, slower reductions)
 
 
 @functools.lru_cache(maxsize=64)
@@ -62,6 +74,51 @@ def mean_std(u: Tensor) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
+class BlockPeaks:
+    """The largest |u_j| of each block of `block` consecutive entries of the 1-D tensor u (the last
+    d mod block entries form a tail that is always visited), from one `amax` and one `amin` (two
+    reads of u, no d-sized temporary; `abs().amax()` would write one).
+
+    `above(thr)` equals `torch.nonzero(u.abs() > thr).view(-1)` (increasing positions; NaN entries
+    never pass) but visits only the blocks that can hold such an entry; `bounds(thr)` brackets its
+    length from the peaks alone.
+    """
+
+    def __init__(self, u: Tensor, block: int = BLOCK) -> None:
+        self.u, self.block = u, block
+        self.n = u.numel() // block * block
+        self.rows = u[:self.n].view(-1, block)
+        # max |u_j| per block, NaN when the block holds a NaN (amax/amin and maximum propagate it):
+        # such a block is always a candidate, and proves nothing
+        self.peak = torch.maximum(self.rows.amax(1), self.rows.amin(1).neg_())
+        self.tail = u[self.n:]
+        self.nan_free = not bool(self.peak.isnan().any())
+
+    def candidates(self, thr: float) -> Tensor:
+        """int64 increasing block numbers that may hold an entry with |u_j| > thr."""
+        if thr != thr:                                   # NaN threshold: nothing compares greater
+            return torch.zeros(0, dtype=torch.int64, device=self.u.device)
+        return torch.nonzero(self.peak > thr if self.nan_free else ~(self.peak <= thr)).view(-1)
+
+    def bounds(self, thr: float, cand: Tensor) -> tuple[int, int]:
+        """(lower, upper) bound of the number of entries with |u_j| > thr, given `candidates(thr)`:
+        every candidate block of NaN-free peaks holds at least one; none holds more than `block`."""
+        upper = cand.numel() * self.block + self.tail.numel()
+        return (cand.numel() if self.nan_free else 0), upper
+
+    def above(self, thr: float, cand: Tensor | None = None) -> Tensor:
+        """int64 increasing positions j with |u_j| > thr (`cand`: `candidates(thr)`, if known)."""
+        cand = self.candidates(thr) if cand is None else cand
+        vals = self.rows.index_select(0, cand).view(-1)           # about BLOCK * k entries, not d
+        hit = torch.nonzero(vals.abs_() > thr).view(-1)            # abs(NaN) > thr is False, as released
+        idx = cand.index_select(0, torch.div(hit, self.block, rounding_mode="floor")).mul_(self.block)
+        idx.add_(torch.remainder(hit, self.block))
+        if self.tail.numel():
+            tail = torch.nonzero(self.tail.abs() > thr).view(-1).add_(self.n)
+            idx = torch.cat([idx, tail])
+        return idx if thr == thr else idx[:0]
+
+
 class GaussianK(Compressor):
     """Variable-count selection by a Gaussian threshold (see module docstring).
 
@@ -86,15 +143,23 @@ class GaussianK(Compressor):
         mean, std = mean_std(u)
         thr = mean + normal_quantile(1.0 - density / 2) * std
         many, few = math.nan, math.nan        # bisect: last thresholds that kept too many / too few
-        for _ in range(self.loops):
-            # |u| > thr without materialising |u| (one pass less; identical for any thr, NaN included)
-            idx = torch.nonzero((u > thr) | (u < -thr)).view(-1)
-            if idx.numel() < 2 * k / 3:
+        peaks = BlockPeaks(u)
+        for i in range(self.loops):
+            cand = peaks.candidates(thr)
+            lower, upper = peaks.bounds(thr, cand)
+            if i < self.loops - 1 and upper < 2 * k / 3:       # the peaks decide without visiting entries
+                count = upper
+            elif i < self.loops - 1 and lower > 4 * k / 3:
+                count = lower
+            else:
+                idx = peaks.above(thr, cand)
+                count = idx.numel()
+            if count < 2 * k / 3:
                 few = thr
                 thr = thr * 0.5 if self.refinement == "released" or math.isnan(many) else (many + thr) / 2
-            elif idx.numel() > 4 * k / 3:
+            elif count > 4 * k / 3:
                 many = thr
                 thr = thr * 1.5 if self.refinement == "released" or math.isnan(few) else (few + thr) / 2
             else:
                 break
-        return Sparse(idx, u[idx], u.numel())
+        return Sparse(idx, u.index_select(0, idx), u.numel())

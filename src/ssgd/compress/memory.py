@@ -21,6 +21,11 @@ class NoMemory:
     def compensate(self, grad: Tensor) -> Tensor:
         return grad
 
+    def gradient_buffer(self, d: int, device: torch.device | str = "cpu") -> tuple[Tensor, bool]:
+        """Where a replica writes each step's gradient: (a new float32 [d] buffer for it, False):
+        overwrite it; u = g."""
+        return torch.zeros(d, dtype=torch.float32, device=device), False
+
     def update(self, sent: Payload) -> None:
         pass
 
@@ -37,7 +42,8 @@ class NoMemory:
 class ResidualMemory:
     """Residual e (float32 [d], starts at 0).
 
-    `compensate(g)` adds g into e IN PLACE and returns that buffer as u (no extra d-sized copy).
+    `compensate(g)` adds g into e IN PLACE and returns that buffer as u (no extra d-sized copy);
+    `gradient_buffer` lets a replica add the gradient's parts into e directly.
     `update(sent)` then turns the buffer into the new residual u - sent with
     `sent.subtract_from(e)` (O(k) for a sparse payload: it zeroes the sent positions). Contract:
     `sent` was made from u (compressors copy), and nobody reads u after `update`.
@@ -48,6 +54,12 @@ class ResidualMemory:
 
     def compensate(self, grad: Tensor) -> Tensor:
         return self.e.add_(grad)
+
+    def gradient_buffer(self, d: int, device: torch.device | str = "cpu") -> tuple[Tensor, bool]:
+        """Where a replica writes this step's gradient: (e, True): ADD it, part by part, into the
+        residual, which then is u = g + e (the same float additions as `compensate`, without first
+        copying g into a flat buffer: one write and one read of d values less per step)."""
+        return self.e, True
 
     def update(self, sent: Payload) -> None:
         sent.subtract_from(self.e)

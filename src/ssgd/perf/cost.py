@@ -130,6 +130,31 @@ def gtopk_seconds(net: AlphaBeta, P: int, k: int) -> float:
     return 2 * rounds(P) * net.message(SPARSE_ENTRY_BYTES * k)
 
 
+def reduce_children(rank: int, P: int) -> list[int]:
+    """Ranks that send to `rank` in the gTop-k bit-mask reduce: rank | 2^j for every 2^j below rank's
+    lowest set bit (every power of two below P for rank 0) with rank | 2^j < P."""
+    out, mask = [], 1
+    while mask < P and not rank & mask:
+        if rank | mask < P:
+            out.append(rank | mask)
+        mask <<= 1
+    return out
+
+
+def gtopk_strict_sent(rank: int, P: int, k: int) -> tuple[int, int]:
+    """gTopKAllReduce with the strict residual rule: `gtopk_sent` plus one k-byte survival mask to
+    each of the rank's reduce-tree children."""
+    m, b = gtopk_sent(rank, P, k)
+    n = len(reduce_children(rank, P))
+    return m + n, b + n * k
+
+
+def gtopk_strict_seconds(net: AlphaBeta, P: int, k: int) -> float:
+    """`gtopk_seconds` plus ceil(log2 P) rounds of one k-byte mask down the reduce tree (rank 0
+    sends its ceil(log2 P) masks one after another; every other path is no longer)."""
+    return gtopk_seconds(net, P, k) + rounds(P) * net.message(k)
+
+
 def paper_dense_seconds(net: AlphaBeta, P: int, d: int) -> float:
     """Closed form printed by the gTop-k paper: 2(P-1)alpha + 2(P-1)/P d beta_element."""
     return 2 * (P - 1) * net.alpha + 2 * (P - 1) / P * d * ELEMENT_BYTES * net.beta
