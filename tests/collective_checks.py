@@ -10,6 +10,10 @@ Used by tests/mpi/check_collectives.py (under mpiexec) and tests/integration/tes
 """
 from __future__ import annotations
 
+import sys
+import traceback
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -153,3 +157,23 @@ def check_ranks(per_rank: list, P: int, exact_dense: bool = False) -> None:
 # gTop-k with k = 1, 7 and k = d
 CASES = [("dense", 1, None, 0), ("dense", 1000, None, 1), ("allgather", 1, None, 2), ("allgather", 300, None, 3),
          ("gtopk", 1, 1, 4), ("gtopk", 50, 1, 5), ("gtopk", 200, 7, 6), ("gtopk", 64, 64, 7)]
+
+
+def run_collectively(checks: list[tuple[str, Callable[[], None]]], rank: int, P: int,
+                     all_ok: Callable[[int], int]) -> int:
+    """Run each named check on this rank; `all_ok(1 or 0)` combines the verdicts of every rank (an
+    allreduce with MIN), so a failing rank cannot strand the others. Rank 0 prints the count; returns the
+    exit status, 1 on every rank if any check failed anywhere."""
+    failures = 0
+    for name, fn in checks:
+        try:
+            fn()
+            ok = 1
+        except Exception:                      # report, then decide collectively
+            print(f"[rank {rank}] {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+            ok = 0
+        if all_ok(ok) == 0:
+            failures += 1
+    if rank == 0:
+        print(f"P={P}: {len(checks) - failures} passed, {failures} failed")
+    return 1 if failures else 0

@@ -9,9 +9,9 @@ rank cannot strand the others; the exit status is 1 on every rank if any check f
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import torch
@@ -26,22 +26,16 @@ rank, P = comm.Get_rank(), comm.Get_size()
 DEVICE = os.environ.get("SSGD_CHECK_DEVICE", "cpu")     # cuda: this rank's GPU, cuda:<local rank>
 
 
+def case(kind: str, d: int, k: int | None, seed: int) -> None:
+    device = f"cuda:{rank % max(1, torch.cuda.device_count())}" if DEVICE == "cuda" else DEVICE
+    reduced, log = run_mpi(checks.COLLECTIVES[kind](), checks.payload(kind, rank, P, d, k, seed, device), comm)
+    checks.check(kind, rank, P, d, k, seed, reduced, log, exact_dense=False)
+
+
 def main() -> int:
-    failures = 0
-    for kind, d, k, seed in checks.CASES:
-        try:
-            device = f"cuda:{rank % max(1, torch.cuda.device_count())}" if DEVICE == "cuda" else DEVICE
-            reduced, log = run_mpi(checks.COLLECTIVES[kind](), checks.payload(kind, rank, P, d, k, seed, device), comm)
-            checks.check(kind, rank, P, d, k, seed, reduced, log, exact_dense=False)
-            ok = 1
-        except Exception:                      # report, then decide collectively
-            print(f"[rank {rank}] {kind} d={d} k={k} seed={seed} failed:\n{traceback.format_exc()}", file=sys.stderr)
-            ok = 0
-        if comm.allreduce(ok, op=MPI.MIN) == 0:
-            failures += 1
-    if rank == 0:
-        print(f"P={P}: {len(checks.CASES) - failures} passed, {failures} failed")
-    return 1 if failures else 0
+    named = [(f"{kind} d={d} k={k} seed={seed}", functools.partial(case, kind, d, k, seed))
+             for kind, d, k, seed in checks.CASES]
+    return checks.run_collectively(named, rank, P, lambda ok: comm.allreduce(ok, op=MPI.MIN))
 
 
 if __name__ == "__main__":

@@ -8,25 +8,27 @@ cannot strand the others; exit status 1 on every rank if any check failed anywhe
 """
 from __future__ import annotations
 
+import functools
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 from mpi4py import MPI
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))       # check_collectives (inputs, translation)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ for oracles.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ for oracles.py, collective_checks.py
 import oracles  # noqa: E402
-from check_collectives import P, as_dict, comm, rank, sparse_inputs, to_sparse  # noqa: E402
+from collective_checks import as_dict, run_collectively, sparse_inputs, to_sparse  # noqa: E402
 from ssgd.comm.gtopk import GTopKAllreduce  # noqa: E402
 from ssgd.comm.mpi import run_mpi  # noqa: E402
 from ssgd.comm.thread import run_threads  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 
+comm = MPI.COMM_WORLD
+rank, P = comm.Get_rank(), comm.Get_size()
+
 
 def check_strict(d: int, k: int, seed: int) -> None:
-    entries = sparse_inputs(d, k, seed)
+    entries = sparse_inputs(P, d, k, seed)
     payloads = [to_sparse(e, d) for e in entries]
     res, log = run_mpi(GTopKAllreduce("strict"), payloads[rank], comm)
     assert as_dict(res.total) == oracles.gtopk(entries, k), "strict: global vector"
@@ -42,19 +44,8 @@ CHECKS = [(check_strict, (1, 1, 4)), (check_strict, (50, 1, 5)), (check_strict, 
 
 
 def main() -> int:
-    failures = 0
-    for fn, args in CHECKS:
-        try:
-            fn(*args)
-            ok = 1
-        except Exception:                      # report, then decide collectively
-            print(f"[rank {rank}] {fn.__name__}{args} failed:\n{traceback.format_exc()}", file=sys.stderr)
-            ok = 0
-        if comm.allreduce(ok, op=MPI.MIN) == 0:
-            failures += 1
-    if rank == 0:
-        print(f"P={P}: {len(CHECKS) - failures} passed, {failures} failed")
-    return 1 if failures else 0
+    named = [(f"{fn.__name__}{args}", functools.partial(fn, *args)) for fn, args in CHECKS]
+    return run_collectively(named, rank, P, lambda ok: comm.allreduce(ok, op=MPI.MIN))
 
 
 if __name__ == "__main__":

@@ -371,8 +371,12 @@ class Recording(Collective):
                 op = gen.send(value)
             except StopIteration as stop:
                 return stop.value
-            self.ops[rank].append(op)
+            self.record(rank, op)
             value = yield op
+
+    def record(self, rank: int, op) -> None:
+        """Called with each op as it is yielded (send buffers may be reused afterwards)."""
+        self.ops[rank].append(op)
 
     def model_seconds(self, net, P, d, counts):
         return self.inner.model_seconds(net, P, d, counts)

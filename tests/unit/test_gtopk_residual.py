@@ -86,17 +86,10 @@ def test_masks_down_the_tree_by_hand():
     from test_collectives import Recording
 
     class Snapshots(Recording):         # send buffers are reused: keep their content when yielded
-        def program(self, rank, P, payload):
-            gen = super().program(rank, P, payload)
-            value = None
-            while True:
-                try:
-                    op = gen.send(value)
-                except StopIteration as stop:
-                    return stop.value
-                if isinstance(op, Send) and op.buf.dtype == torch.uint8:
-                    self.masks.setdefault(rank, []).append((op.dest, op.buf.tolist()))
-                value = yield op
+        def record(self, rank, op):
+            super().record(rank, op)
+            if isinstance(op, Send) and op.buf.dtype == torch.uint8:
+                self.masks.setdefault(rank, []).append((op.dest, op.buf.tolist()))
 
     rec = Snapshots(GTopKAllreduce("strict"))
     rec.masks = {}
