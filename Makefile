@@ -28,7 +28,7 @@ test: $(STAMP)  ## the whole test suite, MPI included (~9 min on 2 cores)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## in-process unit tests only (< 2 min on 2 quiet cores; no subprocess runs, paper-size models or figure scripts)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n auto
 
 # Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of
 # bench/results (results) and paper_figs/out (charts).

@@ -1,6 +1,8 @@
 """Shared fixtures: compose the real conf/ with Hydra's compose API and run small trainings in-process."""
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from pathlib import Path
 
@@ -32,6 +34,13 @@ def paper_script(name: str):
 
 
 def make_cfg(*overrides: str) -> DictConfig:
+    """The config `python src/train.py <FAST> <overrides>` composes: a fresh copy each call (composing
+    the same overrides again gives the same tree, so it is composed once per process)."""
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(overrides: tuple[str, ...]) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=[*FAST, *overrides])
 

@@ -68,6 +68,7 @@ def rows_of(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow       # runs every figure script end to end
 def test_figure_scripts_read_run_directories(runs, tmp_path):
     for script in ("fig_histograms", "fig_bounds", "fig_convergence"):
         assert paper_script(script).main(["--runs", str(runs), "--out", str(tmp_path)]) == 0
