@@ -24,10 +24,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~40 s)
 	$(PY) src/train.py $(ARGS)
 
-test: $(STAMP)  ## the whole test suite, MPI included (~9 min on 2 cores)
+test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~17 min on 2 cores)
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)  ## in-process unit tests only (< 2 min on 2 quiet cores; no subprocess runs, paper-size models or figure scripts)
+test-fast: $(STAMP)  ## in-process tests only, on all cores (~1.5 min on 2 quiet cores; no subprocess runs, paper-size models or figure scripts)
 	$(PY) -m pytest -q -m "not slow" -n auto
 
 # Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of
@@ -36,10 +36,10 @@ OUT ?=
 RESULTS_DIR = $(or $(OUT),bench/results)
 CHARTS_DIR  = $(or $(OUT),paper_figs/out)
 
-bench-threads: $(STAMP)  ## threads backend vs a plain loop, interleaved, noise-checked (~3 min; OUT=dir)
+bench-threads: $(STAMP)  ## threads backend vs a plain loop, interleaved, noise-checked (~3 min; --quick ~1; OUT=dir)
 	$(PY) bench/threads_overhead.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench-comm: $(STAMP)  ## collectives + gTop-k ours vs released on 2/4/8 MPI ranks, d = 1M, 25M (~5 min; OUT=dir)
+bench-comm: $(STAMP)  ## collectives + gTop-k ours vs released on 2/4/8 MPI ranks, d = 1M, 25M (~1 min; OUT=dir)
 	$(PY) bench/comm.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 TOOLS       ?= 1
@@ -53,14 +53,14 @@ $(TOOLS_STAMP): bench/requirements-tools.txt
 	  && $(TOOLS_VENV)/bin/python -m pip install --quiet -r bench/requirements-tools.txt && touch $@ \
 	  || echo "bench-dlbench: could not install bench/requirements-tools.txt into $(TOOLS_VENV); JAX and TensorFlow are skipped"
 
-bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads, interleaved (~6.5 min; OUT=dir)
+bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads, interleaved (~13 min; OUT=dir)
 	$(PY) bench/dlbench.py --results $(RESULTS_DIR)/dlbench.json --out-dir $(CHARTS_DIR) \
 	  $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
 
-bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~6 min; OUT=dir)
+bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~9 min; OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress (~17 min on 2 quiet cores)
+bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress (~25 min on 2 quiet cores)
 	@$(PY) bench/progress.py start $(RESULTS_DIR)
 	@$(PY) bench/progress.py next $(RESULTS_DIR) bench-dlbench
 	$(MAKE) --no-print-directory bench-dlbench ARGS=

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 # make target -> expected seconds on a quiet 2-core machine (TOOLS=1, warm torch.compile cache)
-PARTS = {"bench-dlbench": 390, "bench-trainer": 180, "bench-threads": 80, "bench-comm": 300, "fig-selection": 100}
+PARTS = {"bench-dlbench": 760, "bench-trainer": 540, "bench-threads": 50, "bench-comm": 55, "fig-selection": 40}   # quiet run, 2026-12-01
 
 
 def _state(folder: Path) -> dict:
