@@ -22,7 +22,7 @@ from figlib import OUT, ROOT, RUNS
 
 QUICK = ROOT / "outputs" / "figs-quick"
 # expected seconds of the figure steps on 2 quiet cores (progress estimates only)
-EXPECTED = {"fig_histograms": 15, "fig_bounds": 10, "fig_convergence": 15, "fig_selection": 90,
+EXPECTED = {"fig_histograms": 15, "fig_bounds": 10, "fig_convergence": 15, "fig_selection": 40,
             "fig_scaling": 15, "readme": 3}
 
 

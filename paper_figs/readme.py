@@ -39,7 +39,7 @@ FIGURES = [
      "dense / Top-k / gTop-k, FNN-3 on the embedded MNIST digits, 4 workers, bs 32, lr 0.1, the gTop-k code's "
      "warm-ups for all, 2,000 steps, 3 seeds (`experiments/icdcs_convergence_laptop.yaml`), modelled on 4x1GbE",
      "gTop-k paper convergence figure (S-SGD vs gTop-k S-SGD) + time to accuracy"),
-    ("dlbench", "`make bench-dlbench` (~6 min; not part of `make figs`)",
+    ("dlbench", "`make bench-dlbench` (~13 min; not part of `make figs`)",
      "time per mini-batch of DLBench's FCN-5, FCN-R, AlexNet-R, ResNet-56 and LSTM, synthetic data, PyTorch eager / "
      "torch.compile / TensorFlow / JAX at 1 and all threads (bench/README.md)",
      "DLBench (benchmarking state-of-the-art deep learning software tools)"),
@@ -153,7 +153,7 @@ def render(out: Path, readme: Path) -> str:
              "Figure scripts; each writes PNG + PDF + the CSV it plotted into `paper_figs/out/`. `make figs` trains the",
              "runs the analysis and convergence figures need (`paper_figs/runs.py`, 2 at a time, into the git-ignored",
              "`paper_figs/runs/`; it resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from",
-             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 16-17 minutes on 2",
+             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 11 minutes on 2",
              "quiet cores, most of it the 27 convergence runs (3 seeds x 2,000 steps per scheme; `paper_figs/figures.yaml`);",
              "`make figs-quick` is a 2-3 minute preview of the convergence figures (2 seeds x 300 steps, titled QUICK,",
              "into `outputs/figs-quick/`). docs/convergence.md reads the convergence numbers against the papers.",
