@@ -286,19 +286,22 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
     d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
     built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
     steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
+    own = world is None                # a world the caller passed is the caller's to close
     world = world or ThreadWorld(s.world_size, c.threads)
     try:
         resume = resume_state(c.trainer, run_dir, world, d, ident)
         writer = metric_writer(s, run_dir, world, resume)
     except BaseException:
-        world.close()
+        if own:
+            world.close()
         raise
     try:
         capture = Capture(c.capture, run_dir, c.seed, world.is_root, s.scheme.name) if c.capture.enabled else None
         tr = Trainer(c.trainer, world, mdl, data, s.scheme, s.make_optimizer, s.schedule, s.network, writer, c.seed,
                      run_dir, labels, capture, identity=ident, resume=resume, stop=stop)
     except BaseException:
-        world.close()
+        if own:
+            world.close()
         writer.close()
         raise
     return tr, writer, world

@@ -34,9 +34,12 @@ def main(argv: list[str]) -> int:
 
     world = TorchWorld(who)
     try:
-        return worker.main(argv, lambda: world)
-    finally:
+        status = worker.main(argv, lambda: world)
+    except BaseException:
         world.close()
+        raise
+    world.close(together=True)      # every rank returns here together (the run's end, or before the group)
+    return status
 
 
 if __name__ == "__main__":

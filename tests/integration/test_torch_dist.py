@@ -167,13 +167,21 @@ def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
     assert "torchrun --nnodes N --nproc-per-node G -m ssgd.torch_worker" in caplog.text
     assert f"srun -n 2 {sys.executable} -m ssgd.torch_worker {run_dir / 'worker_config.yaml'}" in caplog.text
     assert not (run_dir / "summary.json").exists()
-    torchrun = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    def torchrun() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                "-m", "ssgd.torch_worker", str(run_dir / "worker_config.yaml")],
                               capture_output=True, text=True, timeout=150,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
-    assert torchrun.returncode == 0, torchrun.stderr[-3000:]
+
+    first = torchrun()
+    assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["backend"], summary["world_size"], summary["steps"]) == ("torch", 2, 3)
+    # the same directory again: rank 0 alone finds the problem; the ranks end together on its one line
+    again = torchrun()
+    assert again.returncode != 0
+    assert again.stderr.startswith(f"error: {run_dir / 'metrics.jsonl'}: already holds the records of another run")
+    assert "[rank 1]" not in again.stderr, again.stderr[-3000:]
 
 
 def worker(config: Path, env: dict[str, str], timeout: int = 120) -> subprocess.CompletedProcess:
