@@ -221,6 +221,7 @@ def mpi_worker(args: argparse.Namespace) -> None:
             if rank == 0:
                 rows.append({"P": P, "model": model, "dataset": dataset, "batch_per_worker": batch,
                              "steps_per_block": steps, "series": series.to_json(), "ssgd_parts_by_rank": parts})
+    dist.barrier()                  # leave gloo together (an early teardown can abort a peer)
     dist.destroy_process_group()
     if rank == 0:
         Path(args.out).write_text(json.dumps({"rows": rows, "torch": torch.__version__, "mpi_library":
@@ -270,6 +271,7 @@ def comm_worker(args: argparse.Namespace) -> None:
         if rank == 0:
             rows.append({"P": P, "d": int(d), "k": len(payload), "calls_per_block": calls,
                          "series": series.to_json()})
+    dist.barrier()                  # leave gloo together (an early teardown can abort a peer)
     dist.destroy_process_group()
     if rank == 0:
         Path(args.out).write_text(json.dumps({"rows": rows}) + "\n")

@@ -48,6 +48,7 @@ def _rank_main(rank: int, P: int, port: int, backend: str, fn: Callable, args: t
                                 device_id=torch.device("cuda", rank) if backend == "nccl" else None)
         try:
             out.put((rank, True, fn(rank, P, *args)))
+            dist.barrier()          # leave gloo together: an early teardown can abort a peer (std::terminate)
         finally:
             dist.destroy_process_group()
     except BaseException:
