@@ -24,8 +24,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~45 s)
 	$(PY) src/train.py $(ARGS)
 
-test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~17 min on 2 cores)
-	$(PY) -m pytest -q
+# make test: two pytest-xdist workers (a test file stays on one worker: its module fixtures run once), then
+# the `serial` tests (wall-clock bounds: signals, failing ranks) one at a time on a machine left to them.
+test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~12 min on 2 cores)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 test-fast: $(STAMP)  ## in-process tests only, on all cores (~1.5 min on 2 quiet cores; no subprocess runs, paper-size models or figure scripts)
 	$(PY) -m pytest -q -m "not slow" -n auto

@@ -80,6 +80,7 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
+@pytest.mark.serial                     # a signal and its deadline: alone on the machine
 def test_sigterm_checkpoints_at_a_step_boundary_and_resume_auto_continues(tmp_path):
     """backend=thread, as SLURM preempts: status 143, a checkpoint at the step reached, no summary; the same
     command with trainer.resume=auto continues there and logs every step once."""
@@ -98,6 +99,7 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_auto_continues(tmp_pa
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == step + 2
 
 
+@pytest.mark.serial                     # every rank gone within 10 s of the signal
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_mpi_launcher_stops_every_rank(signum, tmp_path):
     """mpiexec and every rank are gone within 10 s, after the ranks checkpointed; one line, no traceback."""

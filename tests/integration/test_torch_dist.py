@@ -137,6 +137,7 @@ def test_train_py_launches_local_torch_ranks(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial                     # bounds its wall-clock time
 def test_a_killed_rank_ends_the_job_naming_it(tmp_path, caplog):
     """A dead rank ends the job within seconds, not after dist.timeout_s (300 s): the launcher watches its ranks.
     (The launcher runs in this process on a composed config: what `python src/train.py backend=torch` calls. A
