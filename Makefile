@@ -26,11 +26,11 @@ run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, g
 
 # make test: two pytest-xdist workers (a test file stays on one worker: its module fixtures run once), then
 # the `serial` tests (wall-clock bounds: signals, failing ranks) one at a time on a machine left to them.
-test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~12 min on 2 cores)
+test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~13 min on 2 cores)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
 	$(PY) -m pytest -q -m serial
 
-test-fast: $(STAMP)  ## in-process tests only, on all cores (~1.5 min on 2 quiet cores; no subprocess runs, paper-size models or figure scripts)
+test-fast: $(STAMP)  ## in-process tests only, on all cores (~1.5-2.5 min on 2 cores; no subprocess runs, paper-size models or figure scripts)
 	$(PY) -m pytest -q -m "not slow" -n auto
 
 # Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of

@@ -1,9 +1,6 @@
 """experiments/: every file composes, every laptop variant's first grid point trains 2 steps, and
 every wandb sweep file is a valid sweep of Hydra overrides (of its experiment's grid, when it names one)
 that calls the project's interpreter and optimizes the right metric."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -50,13 +47,21 @@ def first_point(name: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LAPTOP)
 def test_laptop_variant_first_point_trains_two_steps(name, tmp_path):
-    argv = [sys.executable, str(ROOT / "src" / "train.py"), "-cd", str(EXP), "-cn", name, "hydra.mode=RUN",
-            *first_point(name), "trainer.max_steps=2", "wandb.mode=disabled", "trainer.progress=false",
-            f"hydra.run.dir={tmp_path / 'run'}"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "WANDB_SILENT": "true"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (tmp_path / "run" / "summary.json").is_file()
+    """What `python src/train.py -cd experiments -cn <name> hydra.mode=RUN <first point>` trains, built and
+    run in this process (the command line itself: tests/integration/test_entry.py)."""
+    from ssgd import build
+
+    point = first_point(name)
+    with initialize_config_dir(config_dir=str(EXP), version_base="1.3"):
+        cfg = compose(name, [f"hydra.searchpath=[file://{ROOT / 'conf'}]", *point, "trainer.max_steps=2",
+                             "wandb.mode=disabled", "trainer.progress=false"])
+    trainer, writer, world = build.trainer(cfg, tmp_path / "run")
+    try:
+        summary = trainer.fit()
+    finally:
+        world.close()
+        writer.close()
+    assert summary["steps"] == 2 and (tmp_path / "run" / "summary.json").is_file()
 
 
 def sweep_file(name: str) -> tuple[dict, list[str]]:
