@@ -79,12 +79,11 @@ def equivalence_runs(tmp_path_factory) -> tuple[Path, subprocess.CompletedProces
     """<root>/<case>/{thread,mpi}: each case trained here on threads and, all in one job, on 3 MPI ranks."""
     root = tmp_path_factory.mktemp("equivalence")
     write_cifar(root / "cifar", per_batch=12)
-    configs = []
-    for name, overrides in equivalence_cases(root / "cifar").items():
+    cases, configs = equivalence_cases(root / "cifar"), []
+    for name, overrides in cases.items():
         train_here(root / name / "thread", *overrides, "backend=thread")
         configs.append(str(prepare(make_cfg(*overrides, "backend=mpi"), root / name / "mpi")))
-    train_here(root / "cifar-augment" / "plain", *equivalence_cases(root / "cifar")["cifar-augment"],
-               "backend=thread", "dataset.augment=false")
+    train_here(root / "cifar-augment" / "plain", *cases["cifar-augment"], "backend=thread", "dataset.augment=false")
     proc = mpiexec(RANKS, sys.executable, "-m", "mpi4py", str(ROOT / "tests" / "mpi" / "train_runs.py"), *configs,
                    timeout=600)
     return root, proc
