@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -c "import torch, torchvision, hydra, mpi4py, wandb; print('setup ok: torch', torch.__version__)"
+	$(PY) -m ssgd.native || echo "setup: without the C gTop-k merge (above); everything works, gTop-k merges are slower"
 	touch $(STAMP)
 
 run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~45 s)

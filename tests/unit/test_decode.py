@@ -1,13 +1,16 @@
 """Decoding into one persistent buffer: the bits of `Reduced.average()`, whatever came before."""
 from __future__ import annotations
 
+import gc
+import mmap
+
 import pytest
 import torch
 
 from conftest import make_cfg
 from ssgd import build
 from ssgd.comm.base import Reduced
-from ssgd.comm.decode import Decoder, ParamGrads
+from ssgd.comm.decode import HUGE_PAGE, Decoder, ParamGrads, hugepage_zeros
 from ssgd.payload import Dense, Sparse
 
 
@@ -106,3 +109,16 @@ def test_the_trainer_reuses_its_gradient_buffer(compressor, tmp_path):
         world.close()
         writer.close()
     assert ptrs == {trainer.grads.decoder.out.data_ptr()}
+
+
+def test_hugepage_zeros_are_zeros_that_keep_their_mapping_alive():
+    n = 3 * HUGE_PAGE // 4 + 5                       # 6 MiB and 20 bytes: not a whole number of huge pages
+    t = hugepage_zeros(n)
+    assert t.dtype == torch.float32 and t.shape == (n,) and t.is_contiguous() and t.count_nonzero() == 0
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert t.data_ptr() % HUGE_PAGE == 0          # aligned: every whole 2 MiB of it can be one page
+    gc.collect()
+    t[-1] = 7.0                                       # the mapping is still there
+    assert t.sum().item() == 7.0
+    small = hugepage_zeros(10)
+    assert small.tolist() == [0.0] * 10

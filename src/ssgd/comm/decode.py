@@ -12,16 +12,41 @@ remembers which positions the previous result set:
   for P = 1 the decoder returns the sum itself (no pass; the buffer is left as it was);
 * a payload kind without `write_into` goes through `to_dense(scale, out=buffer)` (O(d)).
 
+On the CPU the buffer lives in memory the kernel may back with 2 MiB transparent huge pages
+(`hugepage_zeros`): the k scattered writes of a sparse result then miss the TLB on far fewer pages
+(at d = 25M, k = 26,214: 0.57 against 1.42 ms per decode on this machine, and 27 against 112 ms to
+allocate and touch it once).
+
 The bits equal `Reduced.average()`'s. Contract: between two calls, nobody writes into the buffer
 except by scaling it in place by a finite factor (gradient clipping does, which keeps zeros zero);
 whoever writes anything else calls `invalidate()`. The optimizers of torch.optim only read gradients.
 """
 from __future__ import annotations
 
+import mmap
+
 import torch
 from torch import Tensor
 
 from ssgd.comm.base import Reduced
+
+
+HUGE_PAGE = 2 * 1024 * 1024
+
+
+def hugepage_zeros(n: int, device: torch.device | str = "cpu") -> Tensor:
+    """float32 [n] of zeros. On the CPU, for at least 2 MiB and where Python offers MADV_HUGEPAGE
+    (Linux), in an anonymous mapping aligned to 2 MiB and advised for transparent huge pages (which
+    the kernel honours when /sys/kernel/mm/transparent_hugepage/enabled is `madvise` or `always`);
+    otherwise `torch.zeros`. The tensor keeps its mapping alive."""
+    nbytes = 4 * n
+    if torch.device(device).type != "cpu" or nbytes < HUGE_PAGE or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return torch.zeros(n, dtype=torch.float32, device=device)
+    region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # zero-filled
+    region.madvise(mmap.MADV_HUGEPAGE)
+    raw = torch.frombuffer(region, dtype=torch.uint8)
+    start = -raw.data_ptr() % HUGE_PAGE
+    return raw[start:start + nbytes].view(torch.float32)
 
 
 class Decoder:
@@ -69,7 +94,7 @@ class ParamGrads:
     def __init__(self, params: list[torch.nn.Parameter]) -> None:
         self.params = params
         self.sizes = [p.numel() for p in params]
-        self.decoder = Decoder(torch.zeros(sum(self.sizes), dtype=torch.float32, device=params[0].device))
+        self.decoder = Decoder(hugepage_zeros(sum(self.sizes), device=params[0].device))
         self.views = self._views_of(self.decoder.out)
 
     def _views_of(self, flat: Tensor) -> list[Tensor]:

@@ -5,7 +5,7 @@ released code hclhkbu/gtopkssgd, allreducer.py `gtopk_sparse_allreduce`).
 1. Reduce: a bit-mask binomial tree to rank 0. In round j (mask = 2^j) a rank with bit j set sends
    its current k-sparse vector to rank & ~mask and leaves; a rank without it receives from
    rank | mask if that rank exists, and merges: sum on common indices, keep the k largest
-   magnitudes (`merge_sorted`). ceil(log2 P) rounds; for P = 2^n this is the released code's pairing
+   magnitudes (`merge_entries`). ceil(log2 P) rounds; for P = 2^n this is the released code's pairing
    (0<-1, 2<-3 | 0<-2 ...) and for other P no rank is dropped (the released loop runs int(log2 P)
    rounds and indexes past its participant list, so P = 3, 5, 6, 12 ... fail there).
 2. Broadcast the global (I_g, V_g) from rank 0 (binomial tree).
@@ -25,16 +25,17 @@ released code hclhkbu/gtopkssgd, allreducer.py `gtopk_sparse_allreduce`).
 Every tree message is 2k int32 (index + value bits, `ssgd.comm.wire`): fixed size, because the union
 of two k-sets has at least k entries.
 
-Cost per rank and call: O(k log k) on arrays of k entries, never O(d). Inside the tree, vectors stay
-in the wire's int32 indices (sorting 2k int32 keys takes about 60 % of the time of int64 keys); a
-merge is one sorted `torch.unique` of the 2k indices (whose inverse places every operand entry),
-a scatter-add, and `torch.topk`, and its result keeps the union's index order without sorting the
-selection. Messages are packed into and received in per-rank buffers that the collective keeps
-between calls (`_RankBuffers`, one set per rank, also under the in-process executor where all P
-ranks share this object); results never alias them. Measured alternatives (bench/README.md):
-binary search of one index-sorted operand in the other costs as much as the unique, and a d-sized
-per-rank scratch table (scatter, gather, reset) costs more at d = 25M (three random-access passes
-over 100 MB of table).
+Cost per rank and call: O(k) on arrays of k entries, never O(d). Inside the tree, vectors stay in
+the wire's int32 indices and in increasing index order (payloads of `select_topk` already are; any
+other order is sorted once, on the first merge). A merge is the C kernel of `ssgd.native`: one walk
+over both operands that sums common indices, a radix selection of the k-th largest magnitude, and
+one compaction that keeps index order (about 0.5 ms at k = 26,214 on this machine, against 2.3 ms
+for the same steps as torch CPU operations: a sorted `torch.unique`, a scatter-add, `torch.topk`,
+which remain the fallback on GPUs and where no C compiler is found; docs/hot-path.md). Ties at the
+top-k boundary go to the lower index, NaN magnitudes rank above infinity, on both paths. Messages
+are packed into and received in per-rank buffers that the collective keeps between calls
+(`_RankBuffers`, one set per rank, also under the in-process executor where all P ranks share this
+object); results never alias them.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ssgd import native
 from ssgd.comm.base import Collective, Program, Reduced
 from ssgd.comm.ops import Bcast, Op, Recv, Send
 from ssgd.comm.wire import MAX_NUMEL, check_numel, pack_entries, unpack_sparse
@@ -82,34 +84,79 @@ class MergeTrace:
 
 
 def merge_entries(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: int,
-                  ordered: bool = True) -> tuple[Tensor, Tensor, MergeTrace]:
+                  trace: bool = True) -> tuple[Tensor, Tensor, MergeTrace | None]:
     """One gTop-k tree merge (released code `gtopk_sparse_allreduce`) of two sparse vectors given as
-    (indices, float32 values), in any order, indices of any integer dtype:
+    (indices, float32 values), each with distinct indices, in any order, of any integer dtype:
     1. sum them (on a common index the value is (0 + a) + b: the bits of `sum_sparse`),
-    2. keep the k entries of largest magnitude (all of them if there are at most k),
-    returned as (indices, values), with the trace of where each operand entry went. In increasing
-    index order when `ordered` (kept by a mask of the chosen entries, not a sort); otherwise in
-    `torch.topk`'s order, which is enough for a result that only goes into another merge (the next
-    union is sorted again, so the chosen set and the bits do not depend on it).
-    (1-D `index_select` / `scatter_` rather than advanced indexing: several times faster on CPU.)
+    2. keep the k entries of largest magnitude (all of them if there are at most k), ranked by the
+       bits of |v| (the order of |v| for numbers; NaN above infinity), equal magnitudes at the
+       boundary going to the lower index,
+    returned as (indices, values) in increasing index order, with the trace of where each operand
+    entry went (None unless `trace`).
+
+    int32 indices on the CPU go through the C merge (`ssgd.native`: O(k), operands in increasing index
+    order, sorted here first when they are not), everything else through `_merge_torch`; both give
+    the same bits (tests/unit/test_native_merge.py).
     """
+    if a_idx.dtype == b_idx.dtype == torch.int32 and a_idx.device.type == "cpu" and native.available():
+        return _merge_native(a_idx, a_val, b_idx, b_val, k, trace)
+    return _merge_torch(a_idx, a_val, b_idx, b_val, k, trace)
+
+
+def _merge_native(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: int,
+                  trace: bool) -> tuple[Tensor, Tensor, MergeTrace | None]:
+    a_val, b_val = a_val.contiguous(), b_val.contiguous()
+    out = native.merge(a_idx.contiguous(), a_val, b_idx.contiguous(), b_val, k, trace)
+    perms: list[Tensor | None] = [None, None]
+    if out is None:                                               # an operand is not in index order
+        (a_idx, a_val, perms[0]), (b_idx, b_val, perms[1]) = _by_index(a_idx, a_val), _by_index(b_idx, b_val)
+        out = native.merge(a_idx, a_val, b_idx, b_val, k, trace)
+        if out is None:
+            raise ValueError("gTop-k merge: an operand has repeated indices (a sparse vector's must be distinct)")
+    idx, val, n, into_a, into_b, kept = out
+    if not trace:
+        return idx, val, None
+    assert into_a is not None and into_b is not None
+    into = [t if perm is None else torch.empty_like(t).scatter_(0, perm, t) for t, perm in zip((into_a, into_b), perms)]
+    return idx, val, MergeTrace(n, into[0], into[1], kept)
+
+
+def _by_index(idx: Tensor, val: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(idx, val) in increasing index order, and the permutation that did it."""
+    idx, perm = idx.sort()
+    return idx, val.index_select(0, perm), perm
+
+
+def _merge_torch(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: int,
+                 trace: bool) -> tuple[Tensor, Tensor, MergeTrace | None]:
+    """`merge_entries` in torch operations, on any device: one sorted `torch.unique` of the 2k
+    indices (whose inverse places every operand entry), a scatter-add, then `top_positions`.
+    (1-D `index_select` / `scatter_` rather than advanced indexing: several times faster on CPU.)"""
     na = a_idx.numel()
     idx, inverse = torch.unique(torch.cat([a_idx, b_idx]), sorted=True, return_inverse=True)
     n = idx.numel()
     val = torch.zeros(n, dtype=a_val.dtype, device=a_val.device).index_add_(0, inverse, torch.cat([a_val, b_val]))
-    into_a, into_b = inverse[:na], inverse[na:]
-    if n <= k:
-        return idx, val, MergeTrace(n, into_a, into_b, None)
-    kept = torch.topk(val.abs(), k, sorted=False).indices
-    if ordered:                                                   # the chosen positions, increasing
-        kept = torch.zeros(n, dtype=torch.bool, device=val.device).scatter_(0, kept, True).nonzero().view(-1)
-    return idx.index_select(0, kept), val.index_select(0, kept), MergeTrace(n, into_a, into_b, kept)
+    kept = None if n <= k else top_positions(val, k)
+    if kept is not None:
+        idx, val = idx.index_select(0, kept), val.index_select(0, kept)
+    return idx, val, MergeTrace(n, inverse[:na], inverse[na:], kept) if trace else None
+
+
+def top_positions(val: Tensor, k: int) -> Tensor:
+    """int64 [k], increasing: the positions of the k entries of float32 `val` (more than k) of largest
+    magnitude, ranked by the bits of |v| (NaN above infinity), ties at the boundary to the lower
+    position: the rule of the C merge (ssgd/native/gtopk_merge.c)."""
+    key = val.view(torch.int32) & 0x7FFFFFFF                      # IEEE bits of |v|: ordered like |v|
+    t = torch.topk(key, k, sorted=False).values.min()
+    chosen = key > t
+    ties = (key == t).nonzero().view(-1)[:k - int(chosen.sum())]
+    return chosen.index_fill_(0, ties, True).nonzero().view(-1)
 
 
 def merge_topk(a: Sparse, b: Sparse, k: int) -> Sparse:
     """`merge_entries` of two `Sparse` vectors (the result in increasing index order)."""
-    idx, val, _ = merge_entries(a.idx, a.val, b.idx, b.val, k)
-    return Sparse(idx, val, a.numel)
+    idx, val, _ = merge_entries(a.idx, a.val, b.idx, b.val, k, trace=False)
+    return Sparse(idx.to(torch.int64), val, a.numel)
 
 
 class _RankBuffers:
@@ -169,9 +216,8 @@ class GTopKAllreduce(Collective):
                 break
             if rank | mask < P:
                 yield Recv(rank | mask, bufs.recv, TAG_GTOPK)
-                last = rank == 0 and mask << 1 >= P                # the global set: index order
                 s_idx, s_val, trace = merge_entries(s_idx, s_val, bufs.recv[:k], bufs.recv[k:].view(torch.float32), k,
-                                                    ordered=last)
+                                                    trace=self.residual == "strict")
                 merges.append((rank | mask, trace))
             mask <<= 1
         support = None
