@@ -96,10 +96,8 @@ def test_c_merge_at_the_benchmark_size_equals_the_torch_merge():
     assert_same(merge_entries(ai, av, bi, bv, k), _merge_torch(ai, av, bi, bv, k, True))
 
 
-@pytest.mark.parametrize("merge", [_merge_native, _merge_torch], ids=["c", "torch"])
+@pytest.mark.parametrize("merge", [pytest.param(_merge_native, marks=needs_native), _merge_torch], ids=["c", "torch"])
 def test_the_tie_and_nan_rules_by_hand(merge):
-    if merge is _merge_native and not native.available():
-        pytest.skip("the C merge is not built")
     i32, f32 = torch.int32, torch.float32
     # |1.0| three times for two places: the lower indices win
     idx, val, _ = merge(torch.tensor([0, 5], dtype=i32), torch.tensor([1.0, -1.0]),
@@ -138,8 +136,7 @@ def test_c_merge_agrees_with_the_oracle_and_refuses_repeated_indices():
                       torch.tensor([2], dtype=torch.int32), torch.ones(1), 2)
 
 
+@needs_native
 def test_native_merge_checks_what_it_is_given():
-    if not native.available():
-        pytest.skip("the C merge is not built")
     with pytest.raises(ValueError, match="a_idx must be a contiguous 1-D torch.int32 CPU tensor"):
         native.merge(torch.arange(3), torch.ones(3), torch.arange(2, dtype=torch.int32), torch.ones(2), 2)

@@ -117,8 +117,9 @@ def _merge_native(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k:
     if not trace:
         return idx, val, None
     assert into_a is not None and into_b is not None
-    into = [t if perm is None else torch.empty_like(t).scatter_(0, perm, t) for t, perm in zip((into_a, into_b), perms)]
-    return idx, val, MergeTrace(n, into[0], into[1], kept)
+    into_a, into_b = (t if perm is None else torch.empty_like(t).scatter_(0, perm, t)     # back to the given order
+                      for t, perm in zip((into_a, into_b), perms))
+    return idx, val, MergeTrace(n, into_a, into_b, kept)
 
 
 def _by_index(idx: Tensor, val: Tensor) -> tuple[Tensor, Tensor, Tensor]:
