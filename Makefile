@@ -14,12 +14,12 @@ help:  ## list the targets
 
 setup: $(STAMP)  ## create .venv and install the package with pinned dependencies (~2 min)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	$(PY) -c "import torch, torchvision, hydra, mpi4py, wandb; print('setup ok: torch', torch.__version__)"
-	$(PY) -m ssgd.native || echo "setup: without the C gTop-k merge (above); everything works, gTop-k merges are slower"
+	$(PY) -m ssgd.comm.native || echo "setup: without the C gTop-k merge (above); everything works, gTop-k merges are slower"
 	touch $(STAMP)
 
 run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~45 s)

@@ -209,7 +209,7 @@ def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     10 s; the job is reported as failed, the other P still run.
     """
     sys.path.insert(0, str(ROOT / "src"))
-    from ssgd.launch import mpiexec_path, worker_env
+    from ssgd.run.launch_mpi import mpiexec_path, worker_env
 
     out = tmp / f"comm_P{P}.json"
     argv = [mpiexec_path(), "-n", str(P), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),

@@ -48,8 +48,8 @@ def sent_indices(payload: Any, reduced: Any) -> np.ndarray:
 
 def make_params(d: int, parts: int = 8) -> Any:
     """`parts` parameters of d elements in all, as a model's (untouched memory: no page is written),
-    with the trainer's persistent gradient buffer (`ssgd.comm.decode.ParamGrads`): pass it to `decode`."""
-    from ssgd.comm.decode import ParamGrads
+    with the trainer's persistent gradient buffer (`ssgd.loop.decode.ParamGrads`): pass it to `decode`."""
+    from ssgd.loop.decode import ParamGrads
 
     sizes = [d // parts + (1 if i < d % parts else 0) for i in range(parts)]
     return ParamGrads([torch.nn.Parameter(torch.empty(n)) for n in sizes if n])

@@ -3,7 +3,7 @@
 Both variants do the same work per step: P micro-batches of forward + backward, the same
 per-rank compensation and compression, one aggregation and one SGD step. The plain loop is what a
 user would write by hand (one model, default intra-op threads, no collectives, no metrics); the
-trainer is `ssgd.trainer.Trainer.step` on a `ThreadWorld`. The two are interleaved in rounds by
+trainer is `ssgd.loop.trainer.Trainer.step` on a `ThreadWorld`. The two are interleaved in rounds by
 bench/harness.py (plain block, trainer block, plain block, ...; one warm-up round; a block is `steps`
 steps, repeated inside a round until it lasts >= 0.3 s); the ratio trainer / plain is taken inside
 each round, reported as the median [min-max] over rounds (5 rounds; --quick 3). During each round
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 import harness  # noqa: E402
 from trainer_vs_peers import threads_table  # noqa: E402
-from ssgd import build  # noqa: E402
+from ssgd.run import build  # noqa: E402
 from ssgd.compress.sparse import k_of, select_topk, sum_sparse  # noqa: E402
 from ssgd.data.loader import ShardedLoader  # noqa: E402
 

@@ -97,8 +97,8 @@ class Ours:
     cycling through the epoch's batches."""
 
     def __init__(self, cfg, run_dir: Path, world=None) -> None:
-        from ssgd import build
-        from ssgd.mpi_world import MPIWorld
+        from ssgd.run import build
+        from ssgd.worlds.mpi import MPIWorld
 
         self.trainer, self.writer, _ = build.trainer(cfg, run_dir, world or MPIWorld())
         self.density = float(cfg.compressor.density)
@@ -127,7 +127,7 @@ class DDP:
 
     def __init__(self, cfg, rank: int, P: int) -> None:
         import torch
-        from ssgd import build
+        from ssgd.run import build
         from ssgd.data.loader import ShardedLoader
 
         data = build.dataset(cfg)
@@ -139,7 +139,7 @@ class DDP:
         self.loader.set_epoch(0)
 
     def step(self) -> None:
-        from ssgd.replica import loss_and_correct
+        from ssgd.loop.replica import loss_and_correct
 
         if self.it == self.loader.steps_per_epoch:
             self.epoch, self.it = self.epoch + 1, 0
@@ -188,7 +188,7 @@ def mpi_worker(args: argparse.Namespace) -> None:
             runners: dict = {f"ssgd_{c}": Ours(compose(base + [f"compressor={c}"]), Path(tmp) / c)
                              for c in args.schemes}
             if args.torch:                      # backend=torch's trainer on the gloo group DDP uses
-                from ssgd.torch_world import TorchWorld
+                from ssgd.worlds.torch_dist import TorchWorld
 
                 runners["ssgd_torch_dense"] = Ours(compose(base + ["compressor=dense"]), Path(tmp) / "torch_dense",
                                                    TorchWorld.joined())
@@ -289,7 +289,7 @@ def free_port() -> int:
 def mpi_job(P: int, args: argparse.Namespace, role: list[str], what: str) -> dict | None:
     """Run this file under `mpiexec -n P` with `role` (the worker flag and its arguments) and the common noise
     and round settings; the JSON rank 0 wrote, or None (said on stderr) when the job failed or timed out."""
-    from ssgd.launch import mpiexec_path, worker_env
+    from ssgd.run.launch_mpi import mpiexec_path, worker_env
 
     with tempfile.TemporaryDirectory(prefix="ssgd-peers-") as tmp:
         out = Path(tmp) / "rows.json"

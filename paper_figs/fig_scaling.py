@@ -55,7 +55,7 @@ import scaling_fit as fit  # noqa: E402
 from figlib import save, write_csv  # noqa: E402
 from ssgd.perf import cost, profiles  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
-from ssgd.perf.iteration import (Profile, Scheme, iteration_seconds, iteration_time, rescale_batch,  # noqa: E402
+from ssgd.perf.iteration import (Profile, SchemeCost, iteration_seconds, iteration_time, rescale_batch,  # noqa: E402
                                  scaling_efficiency)
 from ssgd.perf.paper import P_SCALING, PAPER_MODELS, SCALING_SCHEMES, PaperModel, paper_model  # noqa: E402
 from ssgd.tools import schemes as conf_schemes  # noqa: E402
@@ -74,7 +74,7 @@ GROWTH_P = (*FIT_P, HELD_OUT[-1])                    # the fit-free growth test:
 
 
 @lru_cache(maxsize=None)
-def model_scheme(label: str, d: int) -> Scheme:
+def model_scheme(label: str, d: int) -> SchemeCost:
     """The model's scheme of a SCHEMES label for a d-parameter model: conf/compressor/<label>.yaml at
     its density; "dense_wfbp" is dense.yaml with the layer-wise overlapped allreduce."""
     if label == conf_schemes.LAYERWISE:
@@ -330,7 +330,7 @@ def calibrate(pm: PaperModel, d: int) -> Calibration:
     return Calibration(pm, d, MappingProxyType(schemes), MappingProxyType(fit.fit_nonnegative(rows, times)))
 
 
-def best_single_scheme_error(scheme: Scheme, pm: PaperModel, name: str, d: int) -> float:
+def best_single_scheme_error(scheme: SchemeCost, pm: PaperModel, name: str, d: int) -> float:
     """Largest |relative error| of the best fit of c + alpha L + beta B (>= 0) to all four paper points
     of one scheme: how close any constants of this collective can come."""
     rows = [{k: v for k, v in fit.features(scheme, P, d).items() if not k.startswith("selection")}

@@ -42,7 +42,7 @@ def run(P: int, seed: int, rule: str, overrides: list[str]) -> dict:
     """One training run; returns its row."""
     from hydra import compose, initialize_config_dir
 
-    from ssgd import build
+    from ssgd.run import build
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.perf.iteration import Scheme
+from ssgd.perf.iteration import SchemeCost
 
 COMPUTE, ALPHA, BETA = "compute_s", "alpha_s", "beta_s_per_byte"
 
@@ -38,7 +38,7 @@ def selection_key(kind: str) -> str:
     return f"selection_s[{kind}]"
 
 
-def latency_and_bytes(scheme: Scheme, P: int, d: int) -> tuple[float, float]:
+def latency_and_bytes(scheme: SchemeCost, P: int, d: int) -> tuple[float, float]:
     """(L, B): the scheme's one collective call over d elements on P ranks at unit alpha and beta."""
     count = d if scheme.count is None else scheme.count
     L = scheme.collective.model_seconds(AlphaBeta(1.0, 0.0), P, d, [count] * P)
@@ -46,7 +46,7 @@ def latency_and_bytes(scheme: Scheme, P: int, d: int) -> tuple[float, float]:
     return L, B
 
 
-def features(scheme: Scheme, P: int, d: int) -> dict[str, float]:
+def features(scheme: SchemeCost, P: int, d: int) -> dict[str, float]:
     """The coefficients of t_s(P) in the constants (module docstring), by constant name."""
     L, B = latency_and_bytes(scheme, P, d)
     row = {COMPUTE: 1.0, ALPHA: L, BETA: B}
@@ -99,7 +99,7 @@ def growth_ratio(t1: float, t2: float, t3: float) -> float:
     return (t3 - t2) / (t2 - t1) if t2 > t1 else math.nan
 
 
-def growth_range(scheme: Scheme, Ps: tuple[int, int, int], d: int) -> tuple[float, float]:
+def growth_range(scheme: SchemeCost, Ps: tuple[int, int, int], d: int) -> tuple[float, float]:
     """(min, max) of `growth_ratio` over the scheme's model t = c + alpha L + beta B at P1 < P2 < P3,
     for any constants c, alpha, beta >= 0 (alpha + beta > 0): the range between the ratio of L alone
     and of B alone (+-inf for a term that grows only from P2 to P3; a term that never grows adds

@@ -47,13 +47,13 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from ssgd import build  # noqa: E402
+from ssgd.run import build  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
 from ssgd.compress.sparse import k_of  # noqa: E402
 from ssgd.perf.iteration import IterationTime, Profile, iteration_time, threads_step_time  # noqa: E402
 from ssgd.tools import schemes as conf_schemes  # noqa: E402
 from ssgd.tools.measure import measure_profile  # noqa: E402
-from ssgd.world import usable_cores  # noqa: E402
+from ssgd.worlds.base import usable_cores  # noqa: E402
 
 BACKENDS = ("thread", "mpi")
 PARTS = ("compute", "compress", "phase", "comm", "update", "iteration")

@@ -1,132 +1,16 @@
-"""Train with data-parallel (sparse) S-SGD on P workers. Entry point; thin on purpose.
+"""Train with data-parallel (sparse) S-SGD on P workers, from a checkout: the app of `ssgd.run.app`
+(installed, the same app is `ssgd-train` and `python -m ssgd`).
 
     python src/train.py                                   # FNN-3, embedded MNIST, gTop-k, 4 workers
     python src/train.py compressor=gtopk cluster=32x1gbe  # 32 virtual workers, 1 GbE modelled
     python src/train.py -m compressor=dense,topk,gtopk    # Hydra multirun (also glob(*), choice(...), range(...))
-
-Outputs go to the Hydra run directory (unique per run): .hydra/ (composed config), train.log (every line
-the run logs), metrics.jsonl, summary.json, wandb/ (offline). Returns the final val/acc (the objective of
-`hydra/sweeper=optuna`). Exit status (docs/faults.md): 0 ok, 2 bad input (one line on stderr),
-3 diverged, 130/143 interrupted by SIGINT/SIGTERM (after a checkpoint), other non-zero: a rank failed.
-A multirun runs every point, records a failed point's line in its folder's error.txt, prints a table of
-the failed points at the end and exits with the first one's status.
 """
-from __future__ import annotations
-
-import json
-import logging
-import os
-import signal
 import sys
-import traceback
-import warnings
 from pathlib import Path
 
-os.environ.setdefault("MALLOC_ARENA_MAX", "2")   # glibc keeps freed memory per thread otherwise
-os.environ.setdefault("WANDB_SILENT", "true")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run from a checkout without installing
 
-import hydra  # noqa: E402
-from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from hydra.types import RunMode  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
-
-import ssgd.config  # noqa: E402,F401  (registers the schema `base_config` in Hydra's ConfigStore)
-import ssgd.rundir  # noqa: E402,F401  (registers the run directory resolvers of conf/config.yaml)
-from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted, RunEnded  # noqa: E402
-from ssgd.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
-from ssgd.stop import exit_status  # noqa: E402
-from ssgd.sweep import PointFailed, record_failure  # noqa: E402
-
-# Hydra 1.3 warns that a launcher file named like the plugin's own schema is validated against it: harmless.
-warnings.filterwarnings("ignore", message=r"'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
-log = logging.getLogger("ssgd.train")   # Hydra routes it: stdout / stderr and <run dir>/train.log
-
-
-def run(cfg: DictConfig, run_dir: Path) -> float:
-    """One run: check, then train here (backend=thread) or under mpiexec; returns the final val accuracy.
-    Raises ConfigError (bad input) or RunEnded (diverged, interrupted, a rank failed)."""
-    from ssgd import build  # after Hydra has parsed the command line: `--help` stays fast
-    from ssgd.config import Backend
-    from ssgd.report import diverged, report
-    from ssgd.stop import StopRequest
-
-    spec = build.spec(cfg)
-    build.preflight(spec)                      # before any rank starts or any state is allocated
-    if spec.config.backend is Backend.mpi:
-        from ssgd.launch import launch, prepare, worker_command
-
-        if not spec.config.mpi.launch:        # the user runs the workers under their own mpirun / srun
-            command = " ".join(worker_command(prepare(cfg, run_dir)))
-            log.info(f"wrote {run_dir / 'worker_config.yaml'}; run the {spec.world_size} workers with\n"
-                     f"  mpirun -np {spec.world_size} [your mpirun options] {command}")
-            return 0.0
-        launch(cfg, run_dir)
-        return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
-    if spec.config.backend is Backend.torch:     # P local torch.distributed ranks (ssgd.launch_torch)
-        from ssgd.launch_torch import run as run_torch
-
-        status = run_torch(cfg, run_dir)
-        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM)):
-            raise Interrupted(f"backend=torch: interrupted; the ranks were stopped (exit status {status})", status,
-                              step=-1, checkpoint=None)
-        if status != 0:
-            raise RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)",
-                           status)
-        summary_path = run_dir / "summary.json"   # absent when dist.launch=false only printed the commands
-        return final_val_acc(json.loads(summary_path.read_text())) if summary_path.exists() else 0.0
-    stop = StopRequest()
-    with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
-        trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
-        try:
-            summary = trainer.fit()
-        finally:
-            world.close()
-            writer.close()
-    log.info(report(summary))
-    log.info(f"  outputs: {run_dir}")
-    if diverged(summary):
-        raise RunEnded(diverged(summary), EXIT_DIVERGED)
-    return final_val_acc(summary)
-
-
-def final_val_acc(summary: dict) -> float:
-    """The value a Hydra sweeper optimizes: the final validation accuracy (0.0 if none was measured)."""
-    return float(summary.get("val/acc", 0.0))
-
-
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> float | PointFailed:
-    logging.captureWarnings(True)            # warnings into the run's log too
-    hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    try:
-        return run(cfg, run_dir)
-    except (ConfigError, RunEnded) as err:
-        status = err.status if isinstance(err, RunEnded) else EXIT_BAD_INPUT
-        log.error(f"error: {err}")
-        if multirun and not isinstance(err, Interrupted):   # the sweep goes on (an interrupt stops it)
-            return record_failure(run_dir, status, str(err))
-        sys.exit(status)
-    except Exception as err:
-        if not multirun:
-            raise
-        line = f"{type(err).__name__}: {err}".splitlines()[0]
-        log.error(f"error: {line} (traceback in {run_dir / 'error.txt'})")
-        return record_failure(run_dir, EXIT_FAILED, line, traceback.format_exc())
-
+from ssgd.run.app import cli  # noqa: E402
 
 if __name__ == "__main__":
-    full = os.environ.get("HYDRA_FULL_ERROR") == "1"
-    os.environ["HYDRA_FULL_ERROR"] = "1"     # let composition errors reach us instead of Hydra's report
-    try:
-        main()
-    except COMPOSITION_ERRORS as err:        # bad overrides or group files (ours exit inside main)
-        if full:
-            raise
-        print(f"error: {one_line_error(err)}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:                # Ctrl-C before a run installed its own handler
-        print("error: interrupted by SIGINT before training started", file=sys.stderr)
-        sys.exit(exit_status(signal.SIGINT))
+    cli()

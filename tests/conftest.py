@@ -47,7 +47,7 @@ def _composed(overrides: tuple[str, ...]) -> DictConfig:
 
 def train(tmp_path: Path, *overrides: str) -> tuple[dict, list[torch.Tensor]]:
     """Build and run one training in this process; returns (summary, final parameters)."""
-    from ssgd import build
+    from ssgd.run import build
 
     cfg = make_cfg(*overrides)
     trainer, writer, world = build.trainer(cfg, tmp_path)

@@ -18,9 +18,9 @@ def trainer_and_hook(rank: int, P: int, compressor: str, run_dir: str, ddp_args:
     from torch.nn.parallel import DistributedDataParallel
 
     import ssgd.ddp
-    from ssgd import build
-    from ssgd.replica import loss_and_correct
-    from ssgd.torch_world import TorchWorld
+    from ssgd.run import build
+    from ssgd.loop.replica import loss_and_correct
+    from ssgd.worlds.torch_dist import TorchWorld
 
     cfg = make_cfg("backend=torch", f"compressor={compressor}", "compressor.density=0.01",
                    "compressor.density_warmup=[]", f"cluster.world_size={P}", f"trainer.max_steps={STEPS}",

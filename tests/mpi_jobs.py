@@ -1,6 +1,6 @@
 """Jobs on real MPI ranks for the integration tests, each under a timeout (a hang fails the test, not CI).
 
-`mpiexec(n, *argv)` runs one job on this host as `src/train.py backend=mpi` would (`ssgd.launch.worker_env`).
+`mpiexec(n, *argv)` runs one job on this host as `src/train.py backend=mpi` would (`ssgd.run.launch_mpi.worker_env`).
 `checks(n)` runs every check script of tests/mpi/ that applies to n ranks in ONE job (tests/mpi/run_checks.py)
 and returns each script's exit status and lines; it is cached, so the tests of each script at n ranks
 share the job (tests/integration/test_mpi.py; under pytest-xdist keep them on one worker: `--dist loadfile`).
@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssgd.launch import mpiexec_path, worker_env
+from ssgd.run.launch_mpi import mpiexec_path, worker_env
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASED_P = (2, 3, 4, 8)      # check_released_gtopk: powers of two, and 3 (the released code refuses it)

@@ -11,10 +11,10 @@ torch.set_num_threads(1)
 import torch.distributed  # noqa: E402,F401
 import torch.nn.parallel  # noqa: E402,F401
 
-import ssgd.build  # noqa: E402,F401
+import ssgd.run.build  # noqa: E402,F401
 import ssgd.comm.torch_dist  # noqa: E402,F401
 import ssgd.ddp  # noqa: E402,F401
-import ssgd.torch_world  # noqa: E402,F401
+import ssgd.worlds.torch_dist  # noqa: E402,F401
 from torch_ranks import warm_up  # noqa: E402
 
 warm_up()

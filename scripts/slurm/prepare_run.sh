@@ -7,7 +7,7 @@
 # In:  SLURM_NTASKS (the allocation: one MPI rank per task), SLURM_SUBMIT_DIR (submit from the repository root,
 #      or set SSGD_ROOT), optional SSGD_PYTHON (default <root>/.venv/bin/python, the project's interpreter)
 #      and SSGD_RUN_DIR (default <root>/outputs/slurm/<job name>-<job id>).
-# Out: ROOT, PY, RUN_DIR, WORKER (array: `python -m mpi4py -m ssgd.worker <config>` or `python -m ssgd.torch_worker
+# Out: ROOT, PY, RUN_DIR, WORKER (array: `python -m mpi4py -m ssgd.run.worker_mpi <config>` or `python -m ssgd.run.worker_torch
 #      <config>`); OMP_NUM_THREADS=1 and the repository's src/ on PYTHONPATH exported.
 # Bad input: one line on stderr and exit 2.
 set -euo pipefail
@@ -35,8 +35,8 @@ if [[ $(id -u) == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_R
 
 echo "job $SLURM_JOB_ID: $SLURM_NTASKS tasks on ${SLURM_JOB_NUM_NODES:-?} node(s) ($SLURM_JOB_NODELIST); run dir $RUN_DIR"
 case ${SSGD_SBATCH_BACKEND:-mpi} in
-    mpi)   LAUNCH=(backend=mpi mpi.launch=false); MODULE=(-m mpi4py -m ssgd.worker) ;;
-    torch) LAUNCH=(backend=torch dist.launch=false); MODULE=(-m ssgd.torch_worker) ;;
+    mpi)   LAUNCH=(backend=mpi mpi.launch=false); MODULE=(-m mpi4py -m ssgd.run.worker_mpi) ;;
+    torch) LAUNCH=(backend=torch dist.launch=false); MODULE=(-m ssgd.run.worker_torch) ;;
     *)     fail "SSGD_SBATCH_BACKEND=$SSGD_SBATCH_BACKEND: must be mpi or torch" ;;
 esac
 "$PY" "$ROOT/src/train.py" "${LAUNCH[@]}" "hydra.run.dir=$RUN_DIR" "cluster.world_size=$SLURM_NTASKS" "$@"

@@ -1,5 +1,5 @@
 """Registers the ssgd config schema (`base_config`, src/ssgd/config.py) and the run-directory resolvers
-of conf/config.yaml (`ssgd_unique`, `ssgd_dirname`: src/ssgd/rundir.py) whenever Hydra starts.
+of conf/config.yaml (`ssgd_unique`, `ssgd_dirname`: src/ssgd/run/rundir.py) whenever Hydra starts.
 
 Hydra imports every module of the `hydra_plugins` namespace package when it initialises (for
 `@hydra.main` and for the compose API alike), so any program that composes `conf/` (the trainer, the
@@ -9,7 +9,7 @@ from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 import ssgd.config  # noqa: F401  (the import registers the schema in Hydra's ConfigStore)
-import ssgd.rundir  # noqa: F401  (the import registers the run-directory resolvers)
+import ssgd.run.rundir  # noqa: F401  (the import registers the run-directory resolvers)
 
 
 class SsgdSchema(SearchPathPlugin):

@@ -15,14 +15,19 @@ This module imports nothing else from the package, so any layer may take its dat
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import inspect
 import math
+import re
+from collections.abc import Callable
 from dataclasses import MISSING as DC_MISSING
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Optional, TypeVar
 
 from hydra.core.config_store import ConfigStore
+from hydra.errors import InstantiationException
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from ssgd.errors import ConfigError
@@ -67,6 +72,60 @@ def _finite_at_least(value: object, key: str, minimum: float, strict: bool = Fal
         raise ConfigError(f"{key}={value!r}: must be a finite number {'>' if strict else '>='} {minimum:g}{what}")
 
 
+def check_density(value: object, key: str = "density") -> float:
+    """`value` as a float when it is a number in (0, 1] (k = max(int(d * density), 1)); else ConfigError
+    (a ValueError) "key=value: must be a number in (0, 1]". The one density check of the package."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise ConfigError(f"{key}={value!r}: must be a number in (0, 1]")
+    return float(value)
+
+
+def conf_dir() -> Path:
+    """The shipped configuration tree (`ssgd/conf`: compressor, cluster, model, ... groups), package data
+    found through importlib.resources, so it is there in a checkout and in an installed wheel alike."""
+    return Path(str(importlib.resources.files("ssgd") / "conf"))
+
+
+def compressor_names() -> list[str]:
+    """The shipped compressor configs, sorted (conf/compressor/*.yaml stems)."""
+    return sorted(p.stem for p in (conf_dir() / "compressor").glob("*.yaml"))
+
+
+def compressor_config(name: str) -> DictConfig:
+    """conf/compressor/<name>.yaml; ConfigError (a ValueError) naming the allowed names when there is none."""
+    path = conf_dir() / "compressor" / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"compressor {name!r}: no conf/compressor/{name}.yaml; allowed: {', '.join(compressor_names())}")
+    return OmegaConf.load(path)
+
+
+T = TypeVar("T")
+
+
+def built(key: str, make: Callable[[], T], node: Any = None) -> T:
+    """make(), with a failure turned into a one-line ConfigError about config node `key`.
+
+    A ValueError/TypeError "name=value: reason" from a constructor becomes "key.name=value: reason" when
+    `name` is a key of `node`; any other message becomes "key: message". ConfigErrors pass through.
+    """
+    try:
+        return make()
+    except ConfigError:
+        raise
+    except InstantiationException as err:
+        cause = err.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        message = str(cause) if isinstance(cause, (ValueError, TypeError)) else str(err).splitlines()[0]
+    except (ValueError, TypeError) as err:
+        message = str(err)
+    message = message.strip().splitlines()[0] if message.strip() else "invalid value"
+    name = re.match(r"^(\w+)=", message)
+    if name and isinstance(node, DictConfig) and name.group(1) in node:
+        raise ConfigError(f"{key}.{message}") from None
+    raise ConfigError(f"{key}: {message}") from None
+
+
 @dataclass
 class NetworkConfig:
     """alpha-beta model of one link of the target cluster (Hockney)."""
@@ -106,11 +165,9 @@ class CompressorConfig:
     memory: Any = MISSING                      # _target_: error-feedback memory (partial: takes d, device)
 
     def __post_init__(self) -> None:
-        values = [("compressor.density", self.density)]
-        values += [(f"compressor.density_warmup[{i}]", v) for i, v in enumerate(self.density_warmup)]
-        for key, value in values:
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 < value <= 1.0:
-                raise ConfigError(f"{key}={value!r}: must be a number in (0, 1]")
+        check_density(self.density, "compressor.density")
+        for i, v in enumerate(self.density_warmup):
+            check_density(v, f"compressor.density_warmup[{i}]")
 
 
 @dataclass
@@ -149,7 +206,7 @@ class TrainConfig:
 
 @dataclass
 class CaptureConfig:
-    """`capture:` analysis of u = g + e (off by default; see ssgd.capture and docs/analysis-figures.md)."""
+    """`capture:` analysis of u = g + e (off by default; see ssgd.loop.capture and docs/analysis-figures.md)."""
 
     stats: bool = False              # every `every` steps rank 0 appends the statistics of its u to capture/stats.jsonl
     every: int = 1

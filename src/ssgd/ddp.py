@@ -10,7 +10,7 @@ For each gradient bucket DDP hands over, on every rank, the hook
      gradients became ready, and rebuilds its buckets after the first iteration);
   2. compensates: u = g + e, with this bucket's residual e (error feedback);
   3. compresses u with the scheme's compressor, built from conf/compressor/<name>.yaml exactly as the
-     trainer builds it (`ssgd.build.scheme`);
+     trainer builds it (`ssgd.run.build.scheme`);
   4. runs the scheme's collective (dense allreduce, sparse allgather, the gTop-k tree) on
      torch.distributed: the same program as the trainer, executed by `ssgd.comm.torch_dist`;
   5. keeps e = u - what counted as sent (for gTop-k: this rank's entries outside the global set);
@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from ssgd.comm.torch_dist import TorchExecutor, run_torch
-from ssgd.sync import RankSync, Scheme
+from ssgd.config import check_density, compressor_config
+from ssgd.loop.sync import RankSync, Scheme
 from ssgd.utils.seeding import derive_seed
 
 
@@ -148,13 +149,7 @@ class SparseHook:
         (seed, rank) stream for the bucket holding parameter 0, a stream derived from (seed, first) else."""
         if first == 0:
             return self.scheme
-        return _scheme_from(self.config, derive_seed(self.seed, first, "ddp-bucket"))
-
-
-def _scheme_from(config, seed: int) -> Scheme:
-    from ssgd import build
-
-    return build.scheme(OmegaConf.create({"compressor": config}), seed)
+        return Scheme.from_config(self.config, derive_seed(self.seed, first, "ddp-bucket"))
 
 
 def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtopk", density: float | None = None,
@@ -165,13 +160,9 @@ def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtop
     applied, set `hook.density` yourself to follow one). `seed`: the compressors' random streams (Random-k,
     DGC sampling), as the trainer's `seed`. `process_group`: the group of `model` (None: the default).
     ValueError for an unknown scheme or a density outside (0, 1]."""
-    from ssgd.tools.schemes import load_config
-
-    config = load_config(compressor)
-    scheme = _scheme_from(config, seed)
-    rho = scheme.density.density if density is None else density
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0 < rho <= 1:
-        raise ValueError(f"density={rho!r}: must be a number in (0, 1]")
+    config = compressor_config(compressor)
+    scheme = Scheme.from_config(config, seed)
+    rho = check_density(scheme.density.density if density is None else density)
     params = [p for p in model.module.parameters() if p.requires_grad]
     hook = SparseHook(scheme, float(rho), params, seed, config, process_group)
     model.register_comm_hook(hook, _hook)

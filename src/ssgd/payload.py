@@ -38,7 +38,7 @@ class Payload(Protocol):
         (quantised values) must subtract its decoded values, so that e keeps the rounding error.
     indices(): int64 positions carried, or None when the payload is dense (analysis capture).
 
-    Optional, for decoding in O(count) instead of O(d) (`ssgd.comm.decode.Decoder`):
+    Optional, for decoding in O(count) instead of O(d) (`ssgd.loop.decode.Decoder`):
     write_into(out, scale): out[positions carried] = values / scale, every other position of
         float32 [d] `out` untouched. A kind without it is decoded by `to_dense(scale, out=...)`.
     """

@@ -56,7 +56,7 @@ def test_gloo_stages_cuda_payloads_through_the_host():
 
 
 def test_mpi_stages_cuda_payloads_through_the_host():
-    from ssgd.launch import mpiexec_path, worker_env
+    from ssgd.run.launch_mpi import mpiexec_path, worker_env
 
     proc = subprocess.run([mpiexec_path(), "-n", "2", sys.executable, "-m", "mpi4py",
                            str(ROOT / "tests" / "mpi" / "check_collectives.py")],
@@ -68,7 +68,7 @@ def test_mpi_stages_cuda_payloads_through_the_host():
 
 # -- one GPU per rank --------------------------------------------------------------------------------
 def test_mpi_ranks_take_the_gpu_of_their_local_rank():
-    from ssgd.launch import mpiexec_path, worker_env
+    from ssgd.run.launch_mpi import mpiexec_path, worker_env
 
     proc = subprocess.run([mpiexec_path(), "-n", str(P_GPU), sys.executable, "-m", "mpi4py",
                            str(ROOT / "tests" / "mpi" / "check_local_rank.py")],

@@ -62,12 +62,13 @@ def test_the_example_trains_under_torchrun(tmp_path):
 def test_relayout_moves_each_parameters_residual_to_its_new_bucket():
     """Without a process group: a bucket (0, 1, 2) with a known residual, then DDP's rebuilt buckets (2,) and
     (0, 1): every parameter's residual entries move, and the old bucket is dropped."""
-    from ssgd.ddp import SparseHook, _scheme_from
+    from ssgd.ddp import SparseHook
+    from ssgd.loop.sync import Scheme
     from ssgd.tools.schemes import load_config
 
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 2, 4)]
     config = load_config("topk")
-    hook = SparseHook(_scheme_from(config, 0), 0.5, params, 0, config)
+    hook = SparseHook(Scheme.from_config(config, 0), 0.5, params, 0, config)
     first = hook._new_bucket((0, 1, 2), torch.device("cpu"))
     first.sync.memory.load_state_dict({"e": torch.arange(9, dtype=torch.float32)})
     last = hook._new_bucket((2,), torch.device("cpu"))

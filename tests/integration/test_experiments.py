@@ -49,7 +49,7 @@ def first_point(name: str) -> list[str]:
 def test_laptop_variant_first_point_trains_two_steps(name, tmp_path):
     """What `python src/train.py -cd experiments -cn <name> hydra.mode=RUN <first point>` trains, built and
     run in this process (the command line itself: tests/integration/test_entry.py)."""
-    from ssgd import build
+    from ssgd.run import build
 
     point = first_point(name)
     with initialize_config_dir(config_dir=str(EXP), version_base="1.3"):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ssgd.launch import mpiexec_path, worker_env
+from ssgd.run.launch_mpi import mpiexec_path, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from conftest import group_options, make_cfg, train as train_here
 from equivalence import EQUIV, RANKS, assert_same_runs
 from mpi_jobs import checks, mpiexec
-from ssgd.launch import prepare, worker_command
+from ssgd.run.launch_mpi import prepare, worker_command
 from tests.unit.test_paper_data import write_cifar
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -62,7 +62,7 @@ def test_allgatherv_pads_and_trims_ragged_blocks():
 
 
 def _world_exchanges(rank: int, P: int) -> tuple:
-    from ssgd.torch_world import OBJECT_SLOT, TorchWorld
+    from ssgd.worlds.torch_dist import OBJECT_SLOT, TorchWorld
 
     world = TorchWorld.joined()
     small = world.allgather([{"rank": rank, "x": 0.5 * rank}])
@@ -73,7 +73,7 @@ def _world_exchanges(rank: int, P: int) -> tuple:
 
 def test_torch_world_exchanges_python_values():
     """allgather: one collective with a fixed slot per rank, and a second one when a pickle does not fit."""
-    from ssgd.torch_world import OBJECT_SLOT
+    from ssgd.worlds.torch_dist import OBJECT_SLOT
 
     P = 3
     for rank, (small, big, root) in enumerate(run_ranks(P, _world_exchanges, timeout=60)):
@@ -84,8 +84,8 @@ def test_torch_world_exchanges_python_values():
 
 # -- backend=thread == backend=torch ----------------------------------------------------------------
 def _train_torch_rank(rank: int, P: int, overrides: list[str], run_dir: str) -> int:
-    from ssgd import build
-    from ssgd.torch_world import TorchWorld
+    from ssgd.run import build
+    from ssgd.worlds.torch_dist import TorchWorld
 
     trainer, writer, world = build.trainer(make_cfg(*overrides), Path(run_dir), TorchWorld.joined())
     try:
@@ -96,7 +96,7 @@ def _train_torch_rank(rank: int, P: int, overrides: list[str], run_dir: str) -> 
 
 
 def _train_thread(overrides: list[str], run_dir: Path) -> None:
-    from ssgd import build
+    from ssgd.run import build
 
     trainer, writer, world = build.trainer(make_cfg(*overrides), run_dir)
     try:
@@ -142,7 +142,7 @@ def test_a_killed_rank_ends_the_job_naming_it(tmp_path, caplog):
     """A dead rank ends the job within seconds, not after dist.timeout_s (300 s): the launcher watches its ranks.
     (The launcher runs in this process on a composed config: what `python src/train.py backend=torch` calls. A
     rank that raises instead exits with status 1, named the same way: `describe_exit`, tests/unit.)"""
-    from ssgd import launch_torch
+    from ssgd.run import launch_torch
 
     cfg = make_cfg("backend=torch", "cluster.world_size=2", "debug.fail_rank=1", "debug.fail_step=3",
                    "debug.fail_mode=kill")
@@ -158,19 +158,19 @@ def test_a_killed_rank_ends_the_job_naming_it(tmp_path, caplog):
 def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
     """`dist.launch=false` writes the worker config and prints the torchrun / srun commands; torchrun (its agent
     hosts the rendezvous store) then runs the ranks."""
-    from ssgd import launch_torch
+    from ssgd.run import launch_torch
 
     caplog.set_level(logging.INFO, logger="ssgd.train")
     run_dir = tmp_path / "run"
     cfg = make_cfg("backend=torch", "dist.launch=false", "cluster.world_size=2", "trainer.max_steps=3",
                    "compressor=gtopk")
     assert launch_torch.run(cfg, run_dir) == 0
-    assert "torchrun --nnodes N --nproc-per-node G -m ssgd.torch_worker" in caplog.text
-    assert f"srun -n 2 {sys.executable} -m ssgd.torch_worker {run_dir / 'worker_config.yaml'}" in caplog.text
+    assert "torchrun --nnodes N --nproc-per-node G -m ssgd.run.worker_torch" in caplog.text
+    assert f"srun -n 2 {sys.executable} -m ssgd.run.worker_torch {run_dir / 'worker_config.yaml'}" in caplog.text
     assert not (run_dir / "summary.json").exists()
     def torchrun() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                               "-m", "ssgd.torch_worker", str(run_dir / "worker_config.yaml")],
+                               "-m", "ssgd.run.worker_torch", str(run_dir / "worker_config.yaml")],
                               capture_output=True, text=True, timeout=150,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
 
@@ -186,10 +186,10 @@ def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
 
 
 def worker(config: Path, env: dict[str, str], timeout: int = 120) -> subprocess.CompletedProcess:
-    """`python -m ssgd.torch_worker <config>` with `env` and none of the launchers' variables from this process."""
+    """`python -m ssgd.run.worker_torch <config>` with `env` and none of the launchers' variables from this process."""
     clean = {k: v for k, v in os.environ.items()
              if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"} and not k.startswith("SLURM_")}
-    return subprocess.run([sys.executable, "-m", "ssgd.torch_worker", str(config)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ssgd.run.worker_torch", str(config)], capture_output=True,
                           text=True, timeout=timeout, env={**clean, "PYTHONPATH": str(ROOT / "src"), **env})
 
 
@@ -210,7 +210,7 @@ def test_the_worker_names_a_missing_variable(env, line, tmp_path):
 @pytest.mark.slow
 def test_a_world_size_disagreeing_with_the_job_is_refused(tmp_path):
     cfg = make_cfg("backend=torch", "cluster.world_size=2")
-    from ssgd.launch import prepare
+    from ssgd.run.launch_mpi import prepare
 
     config = prepare(cfg, tmp_path / "run")
     proc = worker(config, {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}, timeout=120)

@@ -12,8 +12,8 @@ import sys
 import torch
 from omegaconf import OmegaConf
 
-from ssgd.mpi_world import MPIWorld
-from ssgd.rendezvous import MPI_LOCAL, local_rank, rank_device
+from ssgd.worlds.mpi import MPIWorld
+from ssgd.worlds.rendezvous import MPI_LOCAL, local_rank, rank_device
 
 world = MPIWorld()
 gpus = int(sys.argv[1]) if len(sys.argv) > 1 else torch.cuda.device_count()

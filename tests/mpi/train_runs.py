@@ -1,6 +1,6 @@
 """Several trainings in one MPI job: `mpiexec -n P python -m mpi4py tests/mpi/train_runs.py CONFIG.yaml ...`.
 
-Each argument is a worker config (`ssgd.launch.prepare` wrote it, as `python src/train.py backend=mpi` does);
+Each argument is a worker config (`ssgd.run.launch_mpi.prepare` wrote it, as `python src/train.py backend=mpi` does);
 every rank builds the run of each config in turn through the MPI backend's own pieces (`MPIWorld`,
 `MPIWorld.prepare`, `build.trainer`), trains it and writes the run directory beside the config. One job
 pays MPI start-up and the ranks' torch import once for all the runs a test module compares; the launcher
@@ -14,8 +14,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ssgd import build, config
-from ssgd.mpi_world import MPIWorld
+from ssgd.run import build
+from ssgd import config
+from ssgd.worlds.mpi import MPIWorld
 
 
 def main(paths: list[str]) -> int:

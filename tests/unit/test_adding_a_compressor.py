@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import ssgd.compress
 from conftest import CONF, FAST
-from ssgd import build
+from ssgd.run import build
 from ssgd.errors import ConfigError
 
 DOC = CONF.parent / "docs" / "adding-a-compressor.md"

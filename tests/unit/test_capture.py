@@ -1,4 +1,4 @@
-"""Capture of u = g + e (ssgd.capture): statistics against independent oracles, files, and the
+"""Capture of u = g + e (ssgd.loop.capture): statistics against independent oracles, files, and the
 invariant that capturing never changes training."""
 import json
 import math
@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from ssgd.capture import ijcai_parts, randk_error, topk_error, u_statistics
+from ssgd.loop.capture import ijcai_parts, randk_error, topk_error, u_statistics
 from ssgd.compress.randomk import sample_distinct
 from ssgd.errors import ConfigError
 from ssgd.payload import Sparse

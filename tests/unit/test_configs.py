@@ -72,7 +72,7 @@ def test_every_compressor_trains_and_logs(compressor, tmp_path):
 @pytest.mark.parametrize("cluster", group_options("cluster"))
 def test_every_cluster_sets_the_world_and_the_network(cluster):
     """A cluster file changes only P and alpha/beta (trainings on each compressor run above)."""
-    from ssgd import build
+    from ssgd.run import build
 
     cfg = make_cfg(f"cluster={cluster}")
     spec = build.spec(cfg)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import make_cfg
-from ssgd import build
+from ssgd.run import build
 from ssgd.comm.base import Reduced
-from ssgd.comm.decode import HUGE_PAGE, Decoder, ParamGrads, hugepage_zeros
+from ssgd.loop.decode import HUGE_PAGE, Decoder, ParamGrads, hugepage_zeros
 from ssgd.payload import Dense, Sparse
 
 

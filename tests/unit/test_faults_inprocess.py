@@ -23,13 +23,13 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from conftest import make_cfg
-from ssgd import build, rundir
-from ssgd.checkpoint import FILENAME
+from ssgd.run import build, rundir
+from ssgd.loop.checkpoint import FILENAME
 from ssgd.errors import ConfigError, Interrupted
-from ssgd.launch import OpenMPIFilter
-from ssgd.schedule import LRSchedule
-from ssgd.stop import StopRequest, exit_status
-from ssgd.sweep import ERROR_FILE, PointFailed, SweepReport, record_failure
+from ssgd.run.launch_mpi import OpenMPIFilter
+from ssgd.loop.schedule import LRSchedule
+from ssgd.loop.stop import StopRequest, exit_status
+from ssgd.run.sweep import ERROR_FILE, PointFailed, SweepReport, record_failure
 from ssgd.utils.metrics import MetricWriter
 
 # 10 steps per epoch (4,000 digits / (3 x 128)), dropout on: a resume must be bitwise
@@ -212,7 +212,7 @@ def test_folder_names_are_safe_and_the_suffix_differs_between_processes():
     hydra = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf" / "config.yaml").read_text())["hydra"]
     assert "seed${seed}-${ssgd_unique:}" in hydra["run"]["dir"]
     assert "${ssgd_dirname:${hydra.job.override_dirname}}" in hydra["sweep"]["subdir"]
-    code = "import ssgd.rundir as r; print(r.unique())"
+    code = "import ssgd.run.rundir as r; print(r.unique())"
     env = {**os.environ, "PYTHONPATH": str(Path(rundir.__file__).resolve().parents[1])}
     suffixes = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                env=env).stdout for _ in range(2)}

@@ -19,14 +19,14 @@ import oracles  # noqa: E402
 from conftest import make_cfg  # noqa: E402
 from test_collectives import P_LIST, check_gtopk, gtopk_inputs, stats, to_dict, to_sparse  # noqa: E402
 
-from ssgd import build  # noqa: E402
+from ssgd.run import build  # noqa: E402
 from ssgd.comm.gtopk import GTopKAllreduce, merge_entries  # noqa: E402
 from ssgd.comm.ops import Recv, Send  # noqa: E402
 from ssgd.comm.thread import run_threads  # noqa: E402
 from ssgd.payload import Sparse  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
-from ssgd.sync import RankSync  # noqa: E402
+from ssgd.loop.sync import RankSync  # noqa: E402
 
 F32 = np.float32
 NET = AlphaBeta(1e-3, 1e-8)

@@ -64,7 +64,7 @@ def test_no_file_in_perf_imports_above_perf():
     assert bad == {}, f"ssgd.perf must not import {bad} (build, replica, launch, comm, compress, tools, ...)"
 
 
-@pytest.mark.parametrize("source", ["from ssgd.build import trainer", "import ssgd.replica", "from ssgd import launch",
+@pytest.mark.parametrize("source", ["from ssgd.run.build import trainer", "import ssgd.loop.replica", "from ssgd import launch",
                                     "from .. import comm", "from ..tools import measure",
                                     "from ssgd.compress.sparse import k_of", "import ssgd"])
 def test_the_static_check_flags_every_way_of_importing_above_perf(source):
@@ -76,3 +76,88 @@ def test_the_static_check_flags_every_way_of_importing_above_perf(source):
                                     "from ssgd.perf.iteration import Profile", "import json"])
 def test_the_static_check_allows_perf_itself(source):
     assert forbidden(imported_modules(source, "ssgd.perf")) == [], source
+
+
+# The house (docs/layout.md): every module of the package is in one room, and a room imports only rooms on
+# lower floors (and itself). The root holds the vocabulary every floor shares (errors, payload, config) and
+# the entry faces on top (ddp, __main__).
+FLOORS = {
+    "errors": 0, "payload": 0, "comm.native": 0, "conf": 0,
+    "config": 1, "utils": 1, "perf": 1, "compress": 1,
+    "data": 2, "comm": 2,
+    "models": 3, "worlds": 3,
+    "loop": 4,
+    "run": 5, "ddp": 5,
+    "tools": 6,
+    "__main__": 7,
+}
+SRC = ROOT / "src" / "ssgd"
+
+
+def room_of(module: str) -> str | None:
+    """The room of a module name of this package (None for `ssgd` itself or another package)."""
+    parts = module.split(".")
+    if parts[0] != "ssgd" or len(parts) == 1:
+        return None
+    if parts[1:3] == ["comm", "native"]:
+        return "comm.native"
+    return parts[1]
+
+
+def module_name(path) -> tuple[str, str]:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    package = ".".join(parts[:-1])
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts), package
+
+
+def upward_arrows(room: str, mods: set[str]) -> list[str]:
+    """The imports of a module in `room` that reach its own floor in another room, or a floor above."""
+    bad = []
+    for m in mods:
+        target = room_of(m)
+        if m == "ssgd":
+            bad.append(m)
+        elif target is not None and target != room and FLOORS.get(target, 99) >= FLOORS[room]:
+            bad.append(m)
+    return sorted(bad)
+
+
+def test_every_module_is_in_a_room_with_a_floor():
+    files = sorted(SRC.rglob("*.py"))
+    assert len(files) > 80
+    homeless = sorted(str(p.relative_to(SRC)) for p in files
+                      if p != SRC / "__init__.py" and room_of(module_name(p)[0]) not in FLOORS)
+    assert homeless == [], f"modules outside every room of docs/layout.md: {homeless}"
+
+
+def test_no_room_imports_its_own_floor_or_above():
+    bad = {}
+    for path in sorted(SRC.rglob("*.py")):
+        name, package = module_name(path)
+        room = room_of(name)
+        if room is None:
+            continue
+        arrows = upward_arrows(room, imported_modules(path.read_text(), package))
+        if arrows:
+            bad[str(path.relative_to(ROOT))] = arrows
+    assert bad == {}, f"imports against the floors of docs/layout.md: {bad}"
+
+
+@pytest.mark.parametrize("room, source", [("loop", "from ssgd.run import build"), ("comm", "import ssgd.loop.sync"),
+                                          ("worlds", "from ssgd.worlds import base\nfrom ssgd.models import mlp"),
+                                          ("compress", "from ssgd.comm.ops import Send"), ("ddp", "from ssgd.tools import schemes"),
+                                          ("perf", "import ssgd"), ("data", "from ssgd.comm import wire"),
+                                          ("comm.native", "from ssgd.comm import gtopk"), ("run", "from ssgd.ddp import register")])
+def test_the_floor_check_flags_an_upward_or_sideways_arrow(room, source):
+    assert upward_arrows(room, imported_modules(source, "ssgd." + room)), source
+
+
+@pytest.mark.parametrize("room, source", [("loop", "from ssgd.worlds.base import World"), ("run", "from ssgd.loop import trainer"),
+                                          ("comm", "from ssgd.comm import native\nfrom ssgd.perf import cost"),
+                                          ("ddp", "from ssgd.loop.sync import RankSync"), ("tools", "from ssgd.run import build"),
+                                          ("config", "from ssgd.errors import ConfigError")])
+def test_the_floor_check_allows_arrows_down(room, source):
+    assert upward_arrows(room, imported_modules(source, "ssgd." + room)) == [], source

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from conftest import CONF, group_options, make_cfg
-from ssgd import build
+from ssgd.run import build
 from ssgd.comm.thread import run_threads
-from ssgd.sync import RankSync
+from ssgd.loop.sync import RankSync
 
 SCHEMES = group_options("compressor")
 

@@ -116,7 +116,7 @@ def test_smallest_cnn_input_works() -> None:
     ],
 )
 def test_bad_model_arguments_name_the_parameter(make, needle: str) -> None:
-    """Models name their own parameter; the config layer (ssgd.build.built) prefixes `model.`."""
+    """Models name their own parameter; the config layer (ssgd.run.build.built) prefixes `model.`."""
     with pytest.raises(ValueError, match=needle):
         make()
 

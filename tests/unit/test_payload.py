@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from ssgd.capture import Capture, CaptureConfig, u_statistics
+from ssgd.loop.capture import Capture, CaptureConfig, u_statistics
 from ssgd.comm.allgather import SparseAllgather
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.dense import DenseAllreduce
@@ -25,8 +25,8 @@ from ssgd.compress.memory import ResidualMemory
 from ssgd.compress.sparse import k_of, select_topk
 from ssgd.payload import Dense, Sparse, sum_sparse
 from ssgd.perf import cost
-from ssgd.sync import DensitySchedule, RankSync, Scheme, counts_of
-from ssgd.world import ThreadWorld
+from ssgd.loop.sync import DensitySchedule, RankSync, Scheme, counts_of
+from ssgd.worlds.base import ThreadWorld
 
 
 def sparse(idx, val, d):

@@ -12,7 +12,7 @@ from tests.conftest import paper_script
 from ssgd.compress.sparse import k_of
 from ssgd.perf import cost, profiles
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.perf.iteration import (SELECTION_COSTS, Profile, Scheme, iteration_seconds, iteration_time, rescale_batch,
+from ssgd.perf.iteration import (SELECTION_COSTS, Profile, SchemeCost, iteration_seconds, iteration_time, rescale_batch,
                                  scaling_efficiency, threads_step_time)
 from ssgd.perf.paper import PAPER_MODELS
 from ssgd.perf.wfbp import no_overlap_seconds, wfbp_seconds, wfbp_starts
@@ -24,7 +24,7 @@ TEN_GBE = AlphaBeta(alpha=4.525e-5, beta=1.0667e-9)   # conf/cluster/32x10gbe.ya
 POWERS = [2**i for i in range(11)]                    # 1 ... 1024
 
 
-def S(name: str, prof: Profile, **kw) -> Scheme:
+def S(name: str, prof: Profile, **kw) -> SchemeCost:
     """The model's scheme of conf/compressor/<name>.yaml for `prof` ("dense_wfbp": dense, layer-wise WFBP)."""
     if name == "dense_wfbp":
         return schemes.scheme("dense", prof.d, layerwise_overlap=True)
@@ -130,13 +130,13 @@ def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match="count_factor"):
         S("gaussiank", prof, count_factor=0.0)
     with pytest.raises(ValueError, match="model_seconds"):
-        Scheme(collective=object())
+        SchemeCost(collective=object())
     with pytest.raises(ValueError, match="selection"):
-        Scheme(collective=S("dense", prof).collective, selection="approximate")
+        SchemeCost(collective=S("dense", prof).collective, selection="approximate")
     with pytest.raises(ValueError, match="dense payload"):
         S("topk", prof, layerwise_overlap=True)
     with pytest.raises(ValueError, match="count"):
-        Scheme(collective=S("dense", prof).collective, count=0)
+        SchemeCost(collective=S("dense", prof).collective, count=0)
 
 
 def test_efficiency_is_one_at_one_worker():
@@ -189,11 +189,11 @@ def test_the_model_calls_the_collective_it_is_given():
             return 0.125
 
     prof = toy(compute=1.0, select=0.08)
-    t = iteration_time(prof, Scheme(Fixed(), selection="linear", count=7, name="fixed"), GBE, 3)
+    t = iteration_time(prof, SchemeCost(Fixed(), selection="linear", count=7, name="fixed"), GBE, 3)
     assert t.comm_s == 0.125 and t.compress_s == prof.threshold_select_s == 0.02
     assert calls == [(3, prof.d, [7, 7, 7])]
     calls.clear()
-    t = iteration_time(prof, Scheme(Fixed(), layerwise_overlap=True), GBE, 2)      # one call per layer
+    t = iteration_time(prof, SchemeCost(Fixed(), layerwise_overlap=True), GBE, 2)      # one call per layer
     assert calls == [(2, n, [n, n]) for n in prof.params] and t.compress_s == 0
 
 

@@ -111,7 +111,7 @@ def test_on_a_tty_a_bar_and_console_log_lines_above_it():
 @pytest.mark.parametrize("value", ["-1", "nan"])
 def test_status_interval_must_be_a_finite_number_at_least_zero(value):
     from conftest import make_cfg
-    from ssgd import build
+    from ssgd.run import build
     from ssgd.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^trainer\.status_every_s=.*must be a finite number >= 0"):

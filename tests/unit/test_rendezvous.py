@@ -1,4 +1,4 @@
-"""Who a rank is, from fake launcher environments (ssgd.rendezvous), and the `dist:` config node.
+"""Who a rank is, from fake launcher environments (ssgd.worlds.rendezvous), and the `dist:` config node.
 
 torchrun, srun, Open MPI and MPICH each say it differently; every function here is pure, so every launcher is
 tested without one. A missing or malformed variable is one line naming it.
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import make_cfg
-from ssgd import build
+from ssgd.run import build
 from ssgd.errors import ConfigError
-from ssgd.launch_torch import describe_exit, rank_env
-from ssgd.rendezvous import (MPI_LOCAL, TORCH_LOCAL, LocalRank, first_host, local_rank, master, rank_device,
+from ssgd.run.launch_torch import describe_exit, rank_env
+from ssgd.worlds.rendezvous import (MPI_LOCAL, TORCH_LOCAL, LocalRank, first_host, local_rank, master, rank_device,
                              ranks)
 
 TORCHRUN = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node01",
@@ -147,7 +147,7 @@ def test_bad_dist_values_are_one_line(overrides, line):
 
 
 def test_process_group_backend_choice():
-    from ssgd.torch_world import process_group_backend
+    from ssgd.worlds.torch_dist import process_group_backend
 
     assert process_group_backend("auto", "cpu") == "gloo" and process_group_backend("auto", "cuda:1") == "nccl"
     assert process_group_backend("gloo", "cuda:0") == "gloo"          # CUDA tensors staged through the host

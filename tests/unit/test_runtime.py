@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from conftest import make_cfg, train
-from ssgd import build
+from ssgd.run import build
 from ssgd.compress.sparse import k_of
 from ssgd.perf import cost
-from ssgd.schedule import LRSchedule
-from ssgd.sync import DensitySchedule
-from ssgd.world import ThreadWorld
+from ssgd.loop.schedule import LRSchedule
+from ssgd.loop.sync import DensitySchedule
+from ssgd.worlds.base import ThreadWorld
 
 
 def test_lr_warmup_then_steps():
@@ -97,6 +97,6 @@ def test_logged_comm_model_and_bytes_are_the_cost_model(compressor, cluster, tmp
 def test_a_diverging_run_stops_and_says_so(tmp_path):
     summary, _ = train(tmp_path, "optimizer.lr=1e12", "compressor=dense", "trainer.max_steps=30")
     assert 1 <= summary["diverged_at_step"] == summary["steps"] < 30
-    from ssgd.report import report
+    from ssgd.run.report import report
 
     assert "DIVERGED" in report(summary)

@@ -11,9 +11,10 @@ import yaml
 from omegaconf import OmegaConf
 
 from conftest import CONF, group_options, make_cfg
-from ssgd import build, config
+from ssgd.run import build
+from ssgd import config
 from ssgd.errors import ConfigError
-from ssgd.hydra_errors import COMPOSITION_ERRORS, one_line_error
+from ssgd.run.hydra_errors import COMPOSITION_ERRORS, one_line_error
 
 
 def problem(*overrides: str) -> str:

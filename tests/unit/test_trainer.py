@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import group_options, make_cfg, train
-from ssgd import build
+from ssgd.run import build
 from ssgd.data.loader import ShardedLoader
 
 

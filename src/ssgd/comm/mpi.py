@@ -13,7 +13,7 @@ same `ssgd.comm.driver.run_program`; only how each operation is carried out diff
     states the bound).
 
 Bytes and messages are counted with the same functions as the in-process executor. Importing this
-module initialises MPI: only `ssgd.worker` and MPI tests import it (a process inside MPI cannot
+module initialises MPI: only `ssgd.run.worker_mpi` and MPI tests import it (a process inside MPI cannot
 launch `mpiexec`).
 """
 from __future__ import annotations
@@ -26,10 +26,9 @@ from mpi4py import MPI
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.driver import run_program
-from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, collective_sent, nbytes
+from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send
 from ssgd.comm.staging import empty_on, from_comm, pooled, to_comm
 from ssgd.payload import Payload
-from ssgd.perf import cost
 
 
 # CUDA-aware MPI takes device memory directly; otherwise GPU tensors are staged through host
@@ -50,7 +49,7 @@ def execute(op: Op, comm: MPI.Comm, log: RankLog, pool: dict | None = None) -> A
     device = _comm_device(op.buf)
     if isinstance(op, Send):
         comm.Send(to_comm(op.buf, device, log), dest=op.dest, tag=op.tag)
-        log.stats.add(cost.p2p_sent(nbytes(op.buf)))
+        log.stats.add(op.sent())
         return None
     if isinstance(op, Recv):
         buf = op.buf if op.buf.device == device else empty_on(op.buf, device)
@@ -62,19 +61,19 @@ def execute(op: Op, comm: MPI.Comm, log: RankLog, pool: dict | None = None) -> A
         send = to_comm(op.buf, device, log)
         out = pooled(send, pool)
         comm.Allreduce(send, out, op=MPI.SUM)
-        log.stats.add(collective_sent(op, rank, P))
+        log.stats.add(op.sent(rank, P))
         return from_comm(out, op.buf, log)
     if isinstance(op, Allgatherv):
         send = to_comm(op.buf, device, log)
         sizes = comm.allgather(send.numel())
         recv = torch.empty(sum(sizes), dtype=send.dtype, device=send.device)
         comm.Allgatherv(send, [recv, sizes])
-        log.stats.add(collective_sent(op, rank, P, [n * send.element_size() for n in sizes]))
+        log.stats.add(op.sent(rank, P, [n * send.element_size() for n in sizes]))
         return list(from_comm(recv, op.buf, log).split(sizes))
     if isinstance(op, Bcast):
         buf = to_comm(op.buf, device, log) if rank == 0 else empty_on(op.buf, device)
         comm.Bcast(buf, root=0)
-        log.stats.add(collective_sent(op, rank, P))
+        log.stats.add(op.sent(rank, P))
         return from_comm(buf, op.buf, log)
     raise TypeError(f"unknown operation {op!r}")
 

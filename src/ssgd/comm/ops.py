@@ -12,6 +12,10 @@ or torch.distributed. Semantics are MPI's:
     same order. Their results must be treated as read-only: the thread executor hands the SAME
     tensor to every rank.
 
+Each kind also states what it costs: `sent(rank, P, ...)` the (messages, bytes) the rank sends, and
+`seconds(net, P, ...)` its alpha-beta time (`ssgd.perf.cost`), so only the executors dispatch on the
+kind, to carry an operation out.
+
 Buffers are contiguous tensors on the payload's device (an executor that cannot read device memory
 stages it through the host, e.g. MPI without CUDA support); bytes are counted as
 `numel * element_size`, whatever the device.
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from ssgd.perf import cost
+from ssgd.perf.alphabeta import AlphaBeta
 
 
 def nbytes(t: Tensor) -> int:
@@ -34,6 +39,13 @@ class Send:
     dest: int
     buf: Tensor
     tag: int = 0
+
+    def sent(self, rank: int = 0, P: int = 0, block_bytes: list[int] | None = None) -> tuple[int, int]:
+        """One message of the buffer's bytes."""
+        return cost.p2p_sent(nbytes(self.buf))
+
+    def seconds(self, net: AlphaBeta, P: int = 0, block_bytes: list[int] | None = None) -> float:
+        return net.message(nbytes(self.buf))
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,12 @@ class Allreduce:
 
     buf: Tensor
 
+    def sent(self, rank: int, P: int, block_bytes: list[int] | None = None) -> tuple[int, int]:
+        return cost.allreduce_sent(rank, P, self.buf.numel(), self.buf.element_size())
+
+    def seconds(self, net: AlphaBeta, P: int, block_bytes: list[int] | None = None) -> float:
+        return cost.allreduce_seconds(net, P, self.buf.numel(), self.buf.element_size())
+
 
 @dataclass(frozen=True)
 class Allgatherv:
@@ -63,6 +81,17 @@ class Allgatherv:
 
     buf: Tensor
 
+    def sent(self, rank: int, P: int, block_bytes: list[int] | None = None) -> tuple[int, int]:
+        """`block_bytes`: every rank's bytes, in rank order (required)."""
+        if block_bytes is None:
+            raise TypeError("Allgatherv.sent needs every rank's block_bytes")
+        return cost.allgatherv_sent(rank, block_bytes)
+
+    def seconds(self, net: AlphaBeta, P: int, block_bytes: list[int] | None = None) -> float:
+        if block_bytes is None:
+            raise TypeError("Allgatherv.seconds needs every rank's block_bytes")
+        return cost.allgatherv_seconds(net, block_bytes)
+
 
 @dataclass(frozen=True)
 class Bcast:
@@ -70,6 +99,12 @@ class Bcast:
     size and dtype (its content is ignored). Result: the root's data."""
 
     buf: Tensor
+
+    def sent(self, rank: int, P: int, block_bytes: list[int] | None = None) -> tuple[int, int]:
+        return cost.bcast_sent(rank, P, nbytes(self.buf))
+
+    def seconds(self, net: AlphaBeta, P: int, block_bytes: list[int] | None = None) -> float:
+        return cost.bcast_seconds(net, P, nbytes(self.buf))
 
 
 Op = Send | Recv | Allreduce | Allgatherv | Bcast
@@ -85,18 +120,6 @@ class CommStats:
     def add(self, sent: tuple[int, int]) -> None:
         self.messages += sent[0]
         self.bytes += sent[1]
-
-
-def collective_sent(op: Op, rank: int, P: int, block_bytes: list[int] | None = None) -> tuple[int, int]:
-    """(messages, bytes) `rank` sends for a collective op; `block_bytes` is needed for Allgatherv."""
-    if isinstance(op, Allreduce):
-        return cost.allreduce_sent(rank, P, op.buf.numel(), op.buf.element_size())
-    if isinstance(op, Allgatherv):
-        assert block_bytes is not None
-        return cost.allgatherv_sent(rank, block_bytes)
-    if isinstance(op, Bcast):
-        return cost.bcast_sent(rank, P, nbytes(op.buf))
-    raise TypeError(f"not a collective op: {op!r}")
 
 
 @dataclass

@@ -21,9 +21,8 @@ import torch
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.driver import advance
-from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, collective_sent, nbytes
+from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, nbytes
 from ssgd.payload import Payload
-from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
 
 
@@ -53,15 +52,6 @@ def _collective_result(ops: list[Op]) -> tuple[Any, list[int] | None]:
     raise CollectiveDeadlock(f"unknown collective {first!r}")
 
 
-def _collective_seconds(op: Op, P: int, net: AlphaBeta, block_bytes: list[int] | None) -> float:
-    if isinstance(op, Allreduce):
-        return cost.allreduce_seconds(net, P, op.buf.numel(), op.buf.element_size())
-    if isinstance(op, Allgatherv):
-        assert block_bytes is not None
-        return cost.allgatherv_seconds(net, block_bytes)
-    return cost.bcast_seconds(net, P, nbytes(op.buf))
-
-
 def run_threads(collective: Collective, payloads: Sequence[Payload],
                 net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]:
     """Run `collective` on all P = len(payloads) ranks; returns per-rank results and logs."""
@@ -89,9 +79,9 @@ def run_threads(collective: Collective, payloads: Sequence[Payload],
                         raise CollectiveDeadlock(f"rank {r} sends {tuple(op.buf.shape)} {op.buf.dtype} but rank "
                                                  f"{op.dest} receives {tuple(peer.buf.shape)} {peer.buf.dtype}")
                     peer.buf.copy_(op.buf)
-                    logs[r].stats.add(cost.p2p_sent(nbytes(op.buf)))
+                    logs[r].stats.add(op.sent())
                     if net is not None:
-                        end = max(logs[r].clock, logs[op.dest].clock) + net.message(nbytes(op.buf))
+                        end = max(logs[r].clock, logs[op.dest].clock) + op.seconds(net)
                         logs[r].clock = logs[op.dest].clock = end
                     resume(r)
                     resume(op.dest)
@@ -100,9 +90,9 @@ def run_threads(collective: Collective, payloads: Sequence[Payload],
             ops: list[Op] = pending  # type: ignore[assignment]
             value, block_bytes = _collective_result(ops)
             if net is not None:
-                end = max(log.clock for log in logs) + _collective_seconds(ops[0], P, net, block_bytes)
+                end = max(log.clock for log in logs) + ops[0].seconds(net, P, block_bytes)
             for r in range(P):
-                logs[r].stats.add(collective_sent(ops[r], r, P, block_bytes))
+                logs[r].stats.add(ops[r].sent(r, P, block_bytes))
                 if net is not None:
                     logs[r].clock = end
                 resume(r, value)

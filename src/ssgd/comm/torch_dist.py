@@ -20,7 +20,7 @@ carried out differs:
 Which device a library reads: gloo takes host tensors, NCCL takes the GPU of this rank. A tensor
 elsewhere (a CUDA payload on gloo, a host tensor on NCCL) is staged by `ssgd.comm.staging` and the
 copy time logged as `RankLog.staging_s`. Bytes and messages are counted with the same functions as
-the other executors (`ssgd.comm.ops.collective_sent`, `ssgd.perf.cost.p2p_sent`).
+the other executors (each op kind's `sent`, `ssgd.comm.ops`).
 """
 from __future__ import annotations
 
@@ -31,10 +31,9 @@ import torch.distributed as dist
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.driver import run_program
-from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, collective_sent, nbytes
+from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send
 from ssgd.comm.staging import empty_on, from_comm, pooled, to_comm
 from ssgd.payload import Payload
-from ssgd.perf import cost
 
 
 def comm_device(group: dist.ProcessGroup | None = None) -> torch.device:
@@ -59,7 +58,7 @@ class TorchExecutor:
         tag = op.tag if self.tags and isinstance(op, (Send, Recv)) else 0
         if isinstance(op, Send):
             dist.send(to_comm(op.buf, device, log), group=group, group_dst=op.dest, tag=tag)
-            log.stats.add(cost.p2p_sent(nbytes(op.buf)))
+            log.stats.add(op.sent())
             return None
         if isinstance(op, Recv):
             buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
@@ -74,14 +73,14 @@ class TorchExecutor:
             else:
                 out = to_comm(op.buf, device, log)  # already a copy
             dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
-            log.stats.add(collective_sent(op, self.rank, P))
+            log.stats.add(op.sent(self.rank, P))
             return from_comm(out, op.buf, log)
         if isinstance(op, Allgatherv):
             send = to_comm(op.buf, device, log).reshape(-1)
             sizes_t = torch.empty(P, dtype=torch.int64, device=device)
             dist.all_gather_single(sizes_t, torch.tensor([send.numel()], dtype=torch.int64, device=device), group=group)
             sizes = sizes_t.tolist()
-            log.stats.add(collective_sent(op, self.rank, P, [n * send.element_size() for n in sizes]))
+            log.stats.add(op.sent(self.rank, P, [n * send.element_size() for n in sizes]))
             width = max(sizes)
             if width == 0:                       # every block empty (all ranks see the same sizes)
                 return [op.buf.new_empty(0) for _ in range(P)]
@@ -93,7 +92,7 @@ class TorchExecutor:
         if isinstance(op, Bcast):
             buf = to_comm(op.buf, device, log) if self.rank == 0 else empty_on(op.buf, device)
             dist.broadcast(buf, group=group, group_src=0)
-            log.stats.add(collective_sent(op, self.rank, P))
+            log.stats.add(op.sent(self.rank, P))
             return from_comm(buf, op.buf, log)
         raise TypeError(f"unknown operation {op!r}")
 

@@ -21,10 +21,15 @@ class NoMemory:
     def compensate(self, grad: Tensor) -> Tensor:
         return grad
 
-    def gradient_buffer(self, d: int, device: torch.device | str = "cpu") -> tuple[Tensor, bool]:
-        """Where a replica writes each step's gradient: (a new float32 [d] buffer for it, False):
-        overwrite it; u = g."""
-        return torch.zeros(d, dtype=torch.float32, device=device), False
+    def buffer(self, d: int, device: torch.device | str = "cpu") -> Tensor:
+        """A new float32 [d] buffer for a gradient written in parts: `write` overwrites it; u = g."""
+        return torch.zeros(d, dtype=torch.float32, device=device)
+
+    def write(self, view: Tensor, part: Tensor | None) -> None:
+        if part is None:
+            view.zero_()
+        else:
+            view.copy_(part)
 
     def update(self, sent: Payload) -> None:
         pass
@@ -43,7 +48,7 @@ class ResidualMemory:
     """Residual e (float32 [d], starts at 0).
 
     `compensate(g)` adds g into e IN PLACE and returns that buffer as u (no extra d-sized copy);
-    `gradient_buffer` lets a replica add the gradient's parts into e directly.
+    `buffer` and `write` let a replica add the gradient's parts into e directly.
     `update(sent)` then turns the buffer into the new residual u - sent with
     `sent.subtract_from(e)` (O(k) for a sparse payload: it zeroes the sent positions). Contract:
     `sent` was made from u (compressors copy), and nobody reads u after `update`.
@@ -55,11 +60,14 @@ class ResidualMemory:
     def compensate(self, grad: Tensor) -> Tensor:
         return self.e.add_(grad)
 
-    def gradient_buffer(self, d: int, device: torch.device | str = "cpu") -> tuple[Tensor, bool]:
-        """Where a replica writes this step's gradient: (e, True): ADD it, part by part, into the
-        residual, which then is u = g + e (the same float additions as `compensate`, without first
-        copying g into a flat buffer: one write and one read of d values less per step)."""
-        return self.e, True
+    def buffer(self, d: int, device: torch.device | str = "cpu") -> Tensor:
+        """e itself: `write` ADDS a gradient's parts into the residual, which then is u = g + e (the same
+        float additions as `compensate`, without first copying g into a flat buffer: one write and one
+        read of d values less per step)."""
+        return self.e
+
+    def write(self, view: Tensor, part: Tensor | None) -> None:
+        view.add_(0.0 if part is None else part)      # u = e + g, as e.add_(flat g) would give
 
     def update(self, sent: Payload) -> None:
         sent.subtract_from(self.e)

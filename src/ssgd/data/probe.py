@@ -2,7 +2,7 @@
 
 The MPI launcher and the thread backend check P x batch size against the size, and estimate the memory
 of P ranks from the model the shape implies, before any rank starts or any state is allocated
-(`ssgd.build.preflight`). Loaders of the user's own files have no probe: their ranks check after loading.
+(`ssgd.run.build.preflight`). Loaders of the user's own files have no probe: their ranks check after loading.
 """
 from __future__ import annotations
 

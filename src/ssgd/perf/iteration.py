@@ -5,7 +5,7 @@ Distributed Deep Learning Frameworks on GPUs", DataCom 2018 (arXiv:1711.05979):
 
     t_iter = t_io + t_h2d + t_f + [t_b (+) t_comm] + t_compress + t_update
 
-A scheme is what `Scheme` holds, handed in by the caller (this package never names compressors):
+A scheme is what `SchemeCost` holds, handed in by the caller (this package never names compressors):
 
   * its collective: any object with ``model_seconds(net, P, d, counts)`` (`CollectiveCost`; every
     `ssgd.comm` collective is one), so the modelled communication is exactly the one the trainer
@@ -13,10 +13,10 @@ A scheme is what `Scheme` holds, handed in by the caller (this package never nam
   * its selection cost kind (`SELECTION_COSTS`; a compressor class declares it as
     ``selection_cost``): "none" costs nothing, "exact_topk" the profile's select_s, "linear" its
     threshold_select_s;
-  * how many (index, value) entries each rank sends (`Scheme.count`; None: all d, a dense payload);
+  * how many (index, value) entries each rank sends (`SchemeCost.count`; None: all d, a dense payload);
   * whether the collective runs layer-wise, overlapped with backward (`layerwise_overlap`).
 
-Without overlap, the trainer's step (`ssgd.trainer`: the gradient is flattened after the backward
+Without overlap, the trainer's step (`ssgd.loop.trainer`: the gradient is flattened after the backward
 pass, selected model-wide, then one collective): t_b, then one call of the collective over the flat
 d-vector, as the authors' simulator's "SyncEASGD" (`Simulator.synceasgd` in hclhkbu/gtopkssgd
 scripts/icdcs2019/communication.py). With ``layerwise_overlap`` (dense payloads only): one call per
@@ -63,7 +63,7 @@ class CollectiveCost(Protocol):
 
 
 @dataclass(frozen=True)
-class Scheme:
+class SchemeCost:
     """One S-SGD scheme as the iteration model sees it (see the module docstring).
 
     collective: its aggregation (`CollectiveCost`).
@@ -254,7 +254,7 @@ def _check_P(P: int) -> None:
         raise ValueError(f"P={P!r}: must be an int >= 1")
 
 
-def comm_seconds(scheme: Scheme, net: AlphaBeta, P: int, d: int) -> float:
+def comm_seconds(scheme: SchemeCost, net: AlphaBeta, P: int, d: int) -> float:
     """Seconds of one call of the scheme's collective over the flat d-vector on P ranks, each rank
     contributing `scheme.count` entries (all d when None)."""
     _check_P(P)
@@ -262,7 +262,7 @@ def comm_seconds(scheme: Scheme, net: AlphaBeta, P: int, d: int) -> float:
     return scheme.collective.model_seconds(net, P, d, [count] * P)
 
 
-def iteration_time(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> IterationTime:
+def iteration_time(profile: Profile, scheme: SchemeCost, net: AlphaBeta, P: int) -> IterationTime:
     """Modelled step of `scheme` on P workers (see the module docstring)."""
     _check_P(P)
     t_b = profile.t_b
@@ -276,23 +276,23 @@ def iteration_time(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> 
                          update_s=profile.update_s)
 
 
-def iteration_seconds(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> float:
+def iteration_seconds(profile: Profile, scheme: SchemeCost, net: AlphaBeta, P: int) -> float:
     """t_iter of `iteration_time`."""
     return iteration_time(profile, scheme, net, P).total_s
 
 
-def throughput(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> float:
+def throughput(profile: Profile, scheme: SchemeCost, net: AlphaBeta, P: int) -> float:
     """Per-worker samples per second, bs / t_iter."""
     return profile.batch_size / iteration_seconds(profile, scheme, net, P)
 
 
-def scaling_efficiency(profile: Profile, scheme: Scheme, net: AlphaBeta, P: int) -> float:
+def scaling_efficiency(profile: Profile, scheme: SchemeCost, net: AlphaBeta, P: int) -> float:
     """eff(P) = v_P / v_1 = t_single / t_iter(P), v_1 the plain single-worker run (module docstring)."""
     return profile.single_worker_seconds() / iteration_seconds(profile, scheme, net, P)
 
 
-def threads_step_time(profile: Profile, scheme: Scheme, P: int, K: int, net: AlphaBeta) -> IterationTime:
-    """Modelled step of the trainer under ``backend=thread`` on ONE machine (`ssgd.world.ThreadWorld`).
+def threads_step_time(profile: Profile, scheme: SchemeCost, P: int, K: int, net: AlphaBeta) -> IterationTime:
+    """Modelled step of the trainer under ``backend=thread`` on ONE machine (`ssgd.worlds.base.ThreadWorld`).
 
     There the P virtual workers do not each own a machine, so the step is not `iteration_time`'s.
     Its three phases:

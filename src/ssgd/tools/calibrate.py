@@ -17,10 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ssgd.launch import mpiexec_path, worker_env
+from ssgd.run.launch_mpi import mpiexec_path, worker_env
+from ssgd.config import conf_dir
 from ssgd.perf.alphabeta import AlphaBeta, fit_alpha_beta
 
-CONF = Path(__file__).resolve().parents[3] / "conf" / "cluster"
+CONF = conf_dir() / "cluster"
 
 
 def cluster_yaml(name: str, world_size: int, net: AlphaBeta, meta: dict, hostfile: str | None) -> str:

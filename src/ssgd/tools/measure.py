@@ -25,7 +25,7 @@ from torch import nn
 from ssgd.compress.gaussiank import GaussianK
 from ssgd.compress.topk import TopK
 from ssgd.perf.iteration import Profile
-from ssgd.replica import loss_and_correct
+from ssgd.loop.replica import loss_and_correct
 
 
 def weighted_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -117,12 +117,13 @@ def measure_profile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, name: st
 def main(argv: list[str]) -> int:
     from hydra import compose, initialize_config_dir
 
-    from ssgd import build
+    from ssgd.run import build
+    from ssgd.config import conf_dir
     from ssgd.errors import ConfigError
 
     options = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv if a.startswith(("out=", "reps="))}
     overrides = [a for a in argv if not a.startswith(("out=", "reps="))]
-    conf = Path(__file__).resolve().parents[3] / "conf"
+    conf = conf_dir()
     torch.set_num_threads(1)                     # as one worker of the trainer
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):

@@ -1,4 +1,4 @@
-"""The iteration model's `Scheme` of a compressor config: conf/compressor/<name>.yaml -> `ssgd.perf`.
+"""The iteration model's `SchemeCost` of a compressor config: conf/compressor/<name>.yaml -> `ssgd.perf`.
 
 A scheme is read from its YAML, never listed here, so a new compressor config shows up in the
 scaling figures and the model validation without editing `ssgd.perf`:
@@ -14,29 +14,15 @@ scaling figures and the model validation without editing `ssgd.perf`:
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ssgd.compress.sparse import k_of
-from ssgd.perf.iteration import SELECTION_COSTS, Scheme
+from ssgd.config import check_density, compressor_config, compressor_names
+from ssgd.perf.iteration import SELECTION_COSTS, SchemeCost
 
-CONF = Path(__file__).resolve().parents[3] / "conf" / "compressor"
 LAYERWISE = "dense_wfbp"       # label of the dense config with layer-wise overlap (not a compressor config)
-
-
-def names() -> list[str]:
-    """The compressor configs, sorted (conf/compressor/*.yaml stems)."""
-    return sorted(p.stem for p in CONF.glob("*.yaml"))
-
-
-def load_config(name: str) -> DictConfig:
-    """conf/compressor/<name>.yaml; ValueError naming the allowed names when there is none."""
-    path = CONF / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"compressor {name!r}: no conf/compressor/{name}.yaml; allowed: {', '.join(names())}")
-    return OmegaConf.load(path)
+names, load_config = compressor_names, compressor_config      # the shipped compressor configs (ssgd.config)
 
 
 def selection_cost(cfg: DictConfig, name: str = "?") -> str:
@@ -50,7 +36,7 @@ def selection_cost(cfg: DictConfig, name: str = "?") -> str:
 
 
 def scheme(name: str, d: int, density: float | None = None, count_factor: float = 1.0,
-           layerwise_overlap: bool = False) -> Scheme:
+           layerwise_overlap: bool = False) -> SchemeCost:
     """The model's scheme of compressor config `name` for a d-parameter model (module docstring).
 
     density: the YAML's ``density`` when None; must be in (0, 1]. count_factor > 0 scales k.
@@ -59,9 +45,7 @@ def scheme(name: str, d: int, density: float | None = None, count_factor: float 
     "dense_wfbp". ValueError on bad input.
     """
     cfg = load_config(name)
-    rho = float(cfg.density) if density is None else density
-    if not 0 < rho <= 1:
-        raise ValueError(f"compressor {name!r}: density={rho!r} must be in (0, 1]")
+    rho = check_density(cfg.density if density is None else density, f"compressor {name!r}: density")
     if not count_factor > 0:
         raise ValueError(f"compressor {name!r}: count_factor={count_factor!r} must be > 0 "
                          "(achieved density / target density)")
@@ -69,6 +53,6 @@ def scheme(name: str, d: int, density: float | None = None, count_factor: float 
         raise ValueError(f"d={d!r}: must be an int >= 1 (model parameters)")
     k = k_of(d, rho)
     count = None if k == d else max(1, round(count_factor * k))
-    return Scheme(collective=instantiate(cfg.collective), selection=selection_cost(cfg, name), count=count,
+    return SchemeCost(collective=instantiate(cfg.collective), selection=selection_cost(cfg, name), count=count,
                   layerwise_overlap=layerwise_overlap, name=LAYERWISE if layerwise_overlap else name)
 

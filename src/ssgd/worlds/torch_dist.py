@@ -1,7 +1,7 @@
-"""`TorchWorld`: this process is one rank of a torch.distributed job (`backend=torch`); see `ssgd.world`.
+"""`TorchWorld`: this process is one rank of a torch.distributed job (`backend=torch`); see `ssgd.worlds.base`.
 
 Built in two steps, so that a rank knows who it is before it has a configuration: `TorchWorld(ranks)`
-from the launcher's environment (`ssgd.rendezvous.ranks`), then `prepare(cfg)` picks this rank's
+from the launcher's environment (`ssgd.worlds.rendezvous.ranks`), then `prepare(cfg)` picks this rank's
 device (one GPU per rank: `cuda` -> `cuda:<local rank>`), the process group (`dist.backend`: auto =
 NCCL for CUDA, gloo for the host) and joins it. `TorchWorld.joined()` wraps a process group that the
 caller has already initialised (tests, benchmarks).
@@ -26,7 +26,7 @@ from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
 from ssgd.comm.torch_dist import TorchExecutor, run_torch
 from ssgd.payload import Payload
-from ssgd.rendezvous import LocalRank, Ranks, master, rank_device
+from ssgd.worlds.rendezvous import LocalRank, Ranks, master, rank_device
 
 T = TypeVar("T")
 OBJECT_SLOT = 2048     # bytes per rank in `allgather`'s one collective (a step's metrics pickle to ~300)
@@ -159,5 +159,5 @@ class TorchWorld:
         dist.barrier(group=self.objects)
 
     def abort(self, status: int) -> None:
-        """End this rank now with `status`; its launcher (ssgd.launch_torch, torchrun, srun) stops the others."""
+        """End this rank now with `status`; its launcher (ssgd.run.launch_torch, torchrun, srun) stops the others."""
         os._exit(status)

@@ -1,6 +1,6 @@
-"""`MPIWorld`: this process is one rank of an MPI job (`backend=mpi`); see `ssgd.world`.
+"""`MPIWorld`: this process is one rank of an MPI job (`backend=mpi`); see `ssgd.worlds.base`.
 
-Importing this module initialises MPI; only the worker entry point (`ssgd.worker`) does.
+Importing this module initialises MPI; only the worker entry point (`ssgd.run.worker_mpi`) does.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.mpi import run_mpi
 from ssgd.comm.ops import RankLog
 from ssgd.payload import Payload
-from ssgd.rendezvous import MPI_LOCAL, LocalRank, local_rank, rank_device
+from ssgd.worlds.rendezvous import MPI_LOCAL, LocalRank, local_rank, rank_device
 
 T = TypeVar("T")
 

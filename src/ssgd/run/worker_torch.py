@@ -1,10 +1,10 @@
-"""One torch.distributed rank of `backend=torch`: `python -m ssgd.torch_worker <run dir>/worker_config.yaml`.
+"""One torch.distributed rank of `backend=torch`: `python -m ssgd.run.worker_torch <run dir>/worker_config.yaml`.
 
-Started by `python src/train.py backend=torch` (ssgd.launch_torch), by `torchrun --nproc-per-node G -m
-ssgd.torch_worker ...`, or by `srun python -m ssgd.torch_worker ...`. Reads who it is from its launcher's
-environment (`ssgd.rendezvous.ranks`: RANK / WORLD_SIZE / LOCAL_RANK, or SLURM_PROCID / SLURM_NTASKS /
+Started by `python src/train.py backend=torch` (ssgd.run.launch_torch), by `torchrun --nproc-per-node G -m
+ssgd.run.worker_torch ...`, or by `srun python -m ssgd.run.worker_torch ...`. Reads who it is from its launcher's
+environment (`ssgd.worlds.rendezvous.ranks`: RANK / WORLD_SIZE / LOCAL_RANK, or SLURM_PROCID / SLURM_NTASKS /
 SLURM_LOCALID) and stops with one line and exit status 2 when a variable is missing. The rest is the
-MPI worker's (`ssgd.worker.main`: read the resolved config, check the rank count, pick this rank's
+MPI worker's (`ssgd.run.worker_mpi.main`: read the resolved config, check the rank count, pick this rank's
 device, train, report on rank 0) with a `TorchWorld`, which leaves the process group at the end.
 """
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import sys
 
-USAGE = ("usage: torchrun --nproc-per-node G -m ssgd.torch_worker RUN_DIR/worker_config.yaml  "
-         "(or srun -n P python -m ssgd.torch_worker ...; the file is written by `python src/train.py backend=torch "
+USAGE = ("usage: torchrun --nproc-per-node G -m ssgd.run.worker_torch RUN_DIR/worker_config.yaml  "
+         "(or srun -n P python -m ssgd.run.worker_torch ...; the file is written by `python src/train.py backend=torch "
          "dist.launch=false`)")
 
 
 def main(argv: list[str]) -> int:
     from ssgd.errors import ConfigError
-    from ssgd.rendezvous import ranks
+    from ssgd.worlds.rendezvous import ranks
 
     if len(argv) != 1:
         print(USAGE, file=sys.stderr)
@@ -29,8 +29,8 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from ssgd import worker
-    from ssgd.torch_world import TorchWorld
+    from ssgd.run import worker_mpi as worker
+    from ssgd.worlds.torch_dist import TorchWorld
 
     world = TorchWorld(who)
     try:

@@ -3,7 +3,7 @@
  *
  * Shi et al., "A Distributed Synchronous SGD Algorithm with Global Top-k Sparsification for Low
  * Bandwidth Networks", ICDCS 2019 (arXiv:1901.04359), Algorithm 2: each tree step sums two k-sparse
- * vectors and keeps their top k. The Python side (ssgd/native/__init__.py) allocates every array
+ * vectors and keeps their top k. The Python side (ssgd/comm/native/__init__.py) allocates every array
  * with torch and checks dtypes, lengths and contiguity; this file only reads and writes them.
  * docs/hot-path.md explains why this one function is C: the same steps as torch CPU operations
  * (a sort of the 2k indices, topk, an order-preserving compaction) cost 4-5x more at k = 26,214.

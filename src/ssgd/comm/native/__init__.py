@@ -4,7 +4,8 @@
 can (else `ssgd.comm.gtopk` uses its torch implementation, with the same results bit for bit).
 
 The shared library is compiled from `gtopk_merge.c` with the system C compiler (`cc -O2`, under a
-second) by `make setup`, or on first use when it is missing, into this folder as
+second) by `make setup`, or on first use when it is missing, into this folder (or, when the package
+folder is read-only, as in a system-wide install, into `$XDG_CACHE_HOME/ssgd`, default `~/.cache/ssgd`) as
 `_gtopk_merge-<hash of the source>.so` (a changed source gets a new file; concurrent builds by
 several ranks each write their own temporary file and rename it into place). It is called through
 ctypes on tensors that torch allocates; nothing is copied. `SSGD_NATIVE=0` turns it off. Without a
@@ -32,9 +33,18 @@ log = logging.getLogger(__name__)
 _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
 
 
+def build_dir() -> Path:
+    """Where the library is built: this folder when it is writable, else the per-user cache."""
+    if os.access(HERE, os.W_OK):
+        return HERE
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ssgd"
+
+
 def library_path() -> Path:
     digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    return HERE / f"_gtopk_merge-{digest}.so"
+    name = f"_gtopk_merge-{digest}.so"
+    built_here = HERE / name
+    return built_here if built_here.exists() else build_dir() / name
 
 
 def build(force: bool = False) -> Path:
@@ -45,20 +55,21 @@ def build(force: bool = False) -> Path:
         return target
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise RuntimeError("no C compiler (cc or gcc, or $CC) to build ssgd/native/gtopk_merge.c")
-    fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=HERE)
+        raise RuntimeError("no C compiler (cc or gcc, or $CC) to build ssgd/comm/native/gtopk_merge.c")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
         done = subprocess.run([cc, "-O2", "-std=c99", "-shared", "-fPIC", str(SOURCE), "-o", tmp],
                               capture_output=True, text=True)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no output"])[0]
-            raise RuntimeError(f"building ssgd/native/gtopk_merge.c with {cc} failed: {first}")
+            raise RuntimeError(f"building ssgd/comm/native/gtopk_merge.c with {cc} failed: {first}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    for stale in HERE.glob("_gtopk_merge-*.so"):      # builds of older sources
+    for stale in target.parent.glob("_gtopk_merge-*.so"):      # builds of older sources
         if stale != target:
             stale.unlink(missing_ok=True)
     return target
@@ -99,15 +110,15 @@ def merge(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: int,
     ValueError on dtypes, devices or layouts it does not take (callers check `available()` first)."""
     lib = _library()
     if lib is None:
-        raise RuntimeError("ssgd.native.merge called while the C merge is unavailable")
+        raise RuntimeError("ssgd.comm.native.merge called while the C merge is unavailable")
     for name, t, dtype in (("a_idx", a_idx, torch.int32), ("a_val", a_val, torch.float32),
                            ("b_idx", b_idx, torch.int32), ("b_val", b_val, torch.float32)):
         if t.dtype != dtype or t.device.type != "cpu" or t.dim() != 1 or not t.is_contiguous():
-            raise ValueError(f"ssgd.native.merge: {name} must be a contiguous 1-D {dtype} CPU tensor, "
+            raise ValueError(f"ssgd.comm.native.merge: {name} must be a contiguous 1-D {dtype} CPU tensor, "
                              f"got {t.dtype} {tuple(t.shape)} on {t.device}")
     na, nb = a_idx.numel(), b_idx.numel()
     if a_val.numel() != na or b_val.numel() != nb or k < 1:
-        raise ValueError(f"ssgd.native.merge: lengths {na}/{a_val.numel()} and {nb}/{b_val.numel()}, k={k}")
+        raise ValueError(f"ssgd.comm.native.merge: lengths {na}/{a_val.numel()} and {nb}/{b_val.numel()}, k={k}")
     cap = na + nb
     out_idx = torch.empty(cap, dtype=torch.int32)
     out_val = torch.empty(cap, dtype=torch.float32)

@@ -12,7 +12,7 @@ names it and the launcher that would have set it, so every entry point can stop 
   first node of SLURM's node list and a port derived from SLURM_JOB_ID.
 * `local_rank(environ, sources)`: this process's rank among the ranks on its host, for one GPU per
   rank: torchrun (LOCAL_RANK), SLURM (SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_LOCAL_RANK), MPICH
-  (MPI_LOCALRANKID). An MPI rank without these uses a shared-memory split (`ssgd.mpi_world`).
+  (MPI_LOCALRANKID). An MPI rank without these uses a shared-memory split (`ssgd.worlds.mpi`).
 * `rank_device(device, local, gpus, visible)`: the device of this rank: `cuda` becomes
   `cuda:<local rank>`; fewer GPUs than local ranks is a one-line error.
 """

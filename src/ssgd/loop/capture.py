@@ -43,7 +43,7 @@ from ssgd.compress.sparse import k_of
 from ssgd.config import CaptureConfig
 from ssgd.payload import Dense, Payload
 from ssgd.utils.seeding import rank_generator
-from ssgd.world import World
+from ssgd.worlds.base import World
 
 
 def sq_norm(x: Tensor) -> float:

@@ -1,4 +1,4 @@
-"""One MPI rank of `backend=mpi`: `python -m mpi4py -m ssgd.worker <run dir>/worker_config.yaml`.
+"""One MPI rank of `backend=mpi`: `python -m mpi4py -m ssgd.run.worker_mpi <run dir>/worker_config.yaml`.
 
 Reads the config the launcher composed and resolved (never composes its own), checks that the MPI
 job has `cluster.world_size` ranks, trains, and on rank 0 writes the run outputs next to the config
@@ -65,7 +65,7 @@ def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
     """Tell the user how this rank's job ended: to the launcher's file when `launch` started the job (the
     first rank to write it wins, so the user sees the first failure), else as one line on stderr (when
     `say`: ranks that all hit the same problem let one of them say it)."""
-    from ssgd.launch import ENDED_ENV
+    from ssgd.run.launch_mpi import ENDED_ENV
 
     path = os.environ.get(ENDED_ENV)
     if path is None:
@@ -85,7 +85,7 @@ def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
 
 def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> str:
     """The one line for an exception on this rank; its traceback goes to <run dir>/mpi/rank<r>-traceback.txt."""
-    from ssgd.launch import ENDED_FILE
+    from ssgd.run.launch_mpi import ENDED_FILE
 
     path = run_dir / ENDED_FILE.parent / f"rank{rank}-traceback.txt"
     try:
@@ -117,9 +117,9 @@ def end_together(world: Any, status: int) -> NoReturn:
 
 def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
     """One rank's run; returns its exit status (docs/faults.md). `make_world` builds its world (default:
-    `MPIWorld`; `ssgd.torch_worker` passes a TorchWorld). A rank that ends alone (an exception) ends the
+    `MPIWorld`; `ssgd.run.worker_torch` passes a TorchWorld). A rank that ends alone (an exception) ends the
     job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
-    from ssgd.stop import StopRequest
+    from ssgd.loop.stop import StopRequest
 
     stop = StopRequest()
     with stop.installed():                    # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
@@ -127,16 +127,17 @@ def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
 
 
 def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
-    from ssgd import build, config
+    from ssgd.run import build
+    from ssgd import config
     from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted
-    from ssgd.report import diverged, report
+    from ssgd.run.report import diverged, report
     from ssgd.utils.logs import setup_rank
 
     if len(argv) != 1:
-        print("usage: mpiexec -n P python -m mpi4py -m ssgd.worker RUN_DIR/worker_config.yaml", file=sys.stderr)
+        print("usage: mpiexec -n P python -m mpi4py -m ssgd.run.worker_mpi RUN_DIR/worker_config.yaml", file=sys.stderr)
         return EXIT_BAD_INPUT
     if make_world is None:
-        from ssgd.mpi_world import MPIWorld as make_world
+        from ssgd.worlds.mpi import MPIWorld as make_world
     world = make_world()
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")

@@ -5,7 +5,7 @@ branches (the `World` protocol): which ranks this process computes (`local_ranks
 per process under MPI), running per-rank work (`map`), running a collective over the local ranks'
 payloads (`collective`), per-rank model replicas (`replicate`), exchanging small per-rank values
 (`allgather` to every process, `gather_root` to the one that writes outputs), and `close`.
-`ssgd.mpi_world.MPIWorld` and `ssgd.torch_world.TorchWorld` are the one-rank-per-process worlds.
+`ssgd.worlds.mpi.MPIWorld` and `ssgd.worlds.torch_dist.TorchWorld` are the one-rank-per-process worlds.
 
 `ThreadWorld` runs a step in phases: the compute phase runs on a pool of K OS threads
 (K = usable cores, capped at P), each running its share of the virtual ranks one after another

@@ -10,10 +10,10 @@ compressor- or backend-specific branches: the scheme and the world carry those.
 Runs that never lie: the summary's means are running totals that checkpoints carry, so a resumed run
 reports what the uninterrupted run reports; a checkpoint is never written from non-finite state (a
 diverged run keeps its last good one and records `diverged_at_step`); a stop request (SIGTERM, SIGINT:
-`ssgd.stop`) ends the run at the next step boundary with a checkpoint and `ssgd.errors.Interrupted`.
+`ssgd.loop.stop`) ends the run at the next step boundary with a checkpoint and `ssgd.errors.Interrupted`.
 
 The averaged gradient is decoded into one persistent flat buffer whose views are the parameters'
-.grad (`ssgd.comm.decode.Decoder`): no d-sized allocation per step, and a sparse result costs O(k).
+.grad (`ssgd.loop.decode.Decoder`): no d-sized allocation per step, and a sparse result costs O(k).
 """
 from __future__ import annotations
 
@@ -27,23 +27,23 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ssgd.capture import Capture
-from ssgd.checkpoint import Resume, save_checkpoint
-from ssgd.comm.decode import ParamGrads
+from ssgd.loop.capture import Capture
+from ssgd.loop.checkpoint import Resume, save_checkpoint
+from ssgd.loop.decode import ParamGrads
 from ssgd.comm.ops import RankLog
 from ssgd.config import TrainConfig
 from ssgd.data.base import TensorData
 from ssgd.data.loader import ShardedLoader
 from ssgd.errors import Interrupted
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.replica import LocalStep, Replica, loss_and_correct
-from ssgd.schedule import LRSchedule
-from ssgd.stop import StopRequest, exit_status, meaning
-from ssgd.sync import RankSync, Scheme, counts_of
+from ssgd.loop.replica import LocalStep, Replica, loss_and_correct
+from ssgd.loop.schedule import LRSchedule
+from ssgd.loop.stop import StopRequest, exit_status, meaning
+from ssgd.loop.sync import RankSync, Scheme, counts_of
 from ssgd.utils.metrics import MetricWriter
 from ssgd.utils.progress import Progress
 from ssgd.utils.seeding import rank_generator
-from ssgd.world import World
+from ssgd.worlds.base import World
 
 
 class Trainer:
@@ -56,7 +56,7 @@ class Trainer:
                  stop: StopRequest | None = None) -> None:
         self.cfg, self.world, self.data, self.scheme, self.capture = cfg, world, data, scheme, capture
         self.net, self.writer, self.run_dir, self.labels = net, writer, Path(run_dir), labels or {}
-        self.identity = identity or {}                 # saved in checkpoints (ssgd.checkpoint.check_fits)
+        self.identity = identity or {}                 # saved in checkpoints (ssgd.loop.checkpoint.check_fits)
         self.stop = stop or StopRequest()
         self.stop_seen = 0                             # the stop signal any rank had at the last step's gather
         self.P = world.size
@@ -66,7 +66,8 @@ class Trainer:
         self.d = sum(p.numel() for p in self.params)
         self.device = self.params[0].device            # the model arrives on its device (build.model)
         modules = world.replicate(model)
-        self.replicas = {r: Replica(m, self.params, RankSync(scheme, r, self.d, self.device),
+        self.replicas = {r: Replica(m, self.params, RankSync(scheme, r, self.d, self.device,
+                                                                 [p.shape for p in self.params]),
                                     rank_generator(seed, r, "dropout", self.device))
                          for r, m in zip(world.local_ranks, modules)}
         self.grads = ParamGrads(self.params)
@@ -98,7 +99,7 @@ class Trainer:
         settle_s = []
         for r, s, res in zip(self.world.local_ranks, local, results):
             ts = time.perf_counter()
-            self.replicas[r].sync.settle(s.payload, res)
+            self.replicas[r].settle(s.payload, res)
             settle_s.append(time.perf_counter() - ts)
         self._apply()
         t3 = time.perf_counter()
@@ -268,7 +269,7 @@ class Trainer:
         return save_checkpoint(self.run_dir, shared, ranks, is_root=self.world.is_root)
 
     def _restore(self, resume: Resume) -> None:
-        """Continue from a checkpoint (ssgd.build checked that it fits); weights only: a new run from its weights."""
+        """Continue from a checkpoint (ssgd.run.build checked that it fits); weights only: a new run from its weights."""
         shared = resume.shared
         with torch.no_grad():
             for p, saved in zip(self.params, shared["params"]):

@@ -2,12 +2,12 @@
 
 This process never imports mpi4py's MPI (a process inside MPI cannot launch `mpiexec`). Hydra has
 composed the config here, once; it is saved resolved as `<run dir>/worker_config.yaml`, and every
-rank runs `python -m mpi4py -m ssgd.worker <that file>` (`-m mpi4py`: an exception on one rank
+rank runs `python -m mpi4py -m ssgd.run.worker_mpi <that file>` (`-m mpi4py`: an exception on one rank
 aborts the whole job instead of hanging it). On a cluster, run that same worker command under your
 own `mpirun`/`srun` (docs/slurm.md; `mpi.launch=false` writes the file and prints the command).
 
 What the user sees (docs/faults.md): the ranks report how the job ended to `<run dir>/mpi/ended.txt`
-(the first rank to fail wins; `ssgd.worker`), and the launcher raises that one line with the job's exit
+(the first rank to fail wins; `ssgd.run.worker_mpi`), and the launcher raises that one line with the job's exit
 status; Open MPI's abort boilerplate is filtered out of stderr, and a rank killed by a signal is named
 from Open MPI's own report. SIGTERM or SIGINT to the launcher is passed to every rank as SIGUSR1 or
 SIGUSR2 (`mpiexec` forwards those), so the ranks checkpoint at their next step boundary and exit; after
@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ssgd.config import to_plain
 from ssgd.errors import ConfigError, Interrupted, RunEnded
-from ssgd.stop import exit_status, meaning
+from ssgd.loop.stop import exit_status, meaning
 
 WORKER_CONFIG = "worker_config.yaml"
 ENDED_ENV = "SSGD_ENDED_FILE"          # where the ranks report how the job ended (set by `launch`)
@@ -107,7 +107,7 @@ def worker_env(local: bool, environ: Mapping[str, str] | None = None) -> dict[st
     (the caller gives no hostfile) and the environment shows no multi-host job, single_host_settings."""
     environ = os.environ if environ is None else environ
     env = {**environ, "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "WANDB_SILENT": "true",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), environ.get("PYTHONPATH", "")])}
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if local:
@@ -116,7 +116,7 @@ def worker_env(local: bool, environ: Mapping[str, str] | None = None) -> dict[st
 
 
 def worker_command(config_path: Path) -> list[str]:
-    return [sys.executable, "-m", "mpi4py", "-m", "ssgd.worker", str(config_path)]
+    return [sys.executable, "-m", "mpi4py", "-m", "ssgd.run.worker_mpi", str(config_path)]
 
 
 def mpiexec_command(cfg: DictConfig, config_path: Path) -> list[str]:

@@ -14,12 +14,10 @@ ValueError/TypeError with messages of the form `param=value: ...`; `built` prefi
 """
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import torch
 from hydra.errors import InstantiationException
@@ -27,51 +25,26 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ssgd import checkpoint, footprint
-from ssgd.capture import Capture
-from ssgd.compress.base import Compressor
-from ssgd.config import Config, TrainConfig, WandbMode, check_all_targets, check_keys, locate, one_line, to_plain
+from ssgd.loop import checkpoint
+from ssgd.run import footprint
+from ssgd.loop.capture import Capture
+from ssgd.config import (Config, TrainConfig, WandbMode, built, check_all_targets, check_keys, locate, one_line,
+                         to_plain)
 from ssgd.data.base import DataSpec, TensorData
 from ssgd.data.loader import steps_per_epoch
 from ssgd.data.probe import probe
 from ssgd.errors import ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.schedule import LRSchedule
-from ssgd.stop import StopRequest
-from ssgd.sync import DensitySchedule, Scheme
-from ssgd.trainer import Trainer
+from ssgd.loop.schedule import LRSchedule
+from ssgd.loop.stop import StopRequest
+from ssgd.loop.sync import Scheme
+from ssgd.loop.trainer import Trainer
 from ssgd.utils import wandb_run
 from ssgd.utils.metrics import MetricWriter, wandb_credentials
-from ssgd.utils.seeding import rank_generator
-from ssgd.world import ThreadWorld, World
+from ssgd.worlds.base import ThreadWorld, World
 
-T = TypeVar("T")
 OptimizerFactory = Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
-
-
-def built(key: str, make: Callable[[], T], node: Any = None) -> T:
-    """make(), with a failure turned into a one-line ConfigError about config node `key`.
-
-    A ValueError/TypeError "name=value: reason" from a constructor becomes "key.name=value: reason" when
-    `name` is a key of `node`; any other message becomes "key: message". ConfigErrors pass through.
-    """
-    try:
-        return make()
-    except ConfigError:
-        raise
-    except InstantiationException as err:
-        cause = err.__cause__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        message = str(cause) if isinstance(cause, (ValueError, TypeError)) else str(err).splitlines()[0]
-    except (ValueError, TypeError) as err:
-        message = str(err)
-    message = message.strip().splitlines()[0] if message.strip() else "invalid value"
-    name = re.match(r"^(\w+)=", message)
-    if name and isinstance(node, DictConfig) and name.group(1) in node:
-        raise ConfigError(f"{key}.{message}") from None
-    raise ConfigError(f"{key}: {message}") from None
 
 
 @dataclass(frozen=True)
@@ -120,19 +93,7 @@ def network(cfg: DictConfig) -> AlphaBeta:
 
 
 def scheme(cfg: DictConfig, seed: int) -> Scheme:
-    c = cfg.compressor
-    make_compress = built("compressor.compress", lambda: instantiate(c.compress), c.compress)
-    make_memory = built("compressor.memory", lambda: instantiate(c.memory), c.memory)
-    collective = built("compressor.collective", lambda: instantiate(c.collective), c.collective)
-    density = built("compressor", lambda: DensitySchedule(c.density, tuple(c.density_warmup or ())), c)
-
-    def make_compressor(rank: int) -> Compressor:
-        return make_compress(generator=rank_generator(seed, rank, "compressor"))
-
-    built("compressor.compress", lambda: make_compressor(0), c.compress)     # the constructor's own checks
-    return Scheme(name=c.name, make_compressor=make_compressor,
-                  make_memory=lambda d, device="cpu": make_memory(d=d, device=device),
-                  collective=collective, density=density)
+    return Scheme.from_config(cfg.compressor, seed)
 
 
 def lr_schedule(cfg: DictConfig, P: int) -> LRSchedule:
@@ -236,7 +197,7 @@ def parameter_count(cfg: DictConfig, data_spec: DataSpec) -> int | None:
 
 # -- the run's objects -----------------------------------------------------------------------------
 def identity(c: Config, data: TensorData) -> dict:
-    """What a checkpoint must share with the run that continues it (`ssgd.checkpoint.check_fits`)."""
+    """What a checkpoint must share with the run that continues it (`ssgd.loop.checkpoint.check_fits`)."""
     return {"compressor": c.compressor.name, "compressor.density": c.compressor.density,
             "compressor.density_warmup": list(c.compressor.density_warmup), "seed": c.seed,
             "cluster.world_size": c.cluster.world_size, "trainer.batch_size": c.trainer.batch_size,

@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ssgd.comm.base import Reduced
 from ssgd.models.dropout import use_generator
 from ssgd.payload import Payload
-from ssgd.sync import RankSync
+from ssgd.loop.sync import RankSync
 
 
 @dataclass(frozen=True)
@@ -35,39 +36,36 @@ def loss_and_correct(out: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 class Replica:
     """A rank's module (own buffers, possibly shared Parameters), dropout generator and sync state.
 
-    `params` is the list of Parameters gradients are taken with respect to. Each step's gradient
-    goes where the memory says (`gradient_buffer`): added part by part into the residual e (which
-    then is u = g + e; no separate gradient buffer exists), or copied into this rank's own float32
-    [d] buffer (the dense payload, for a scheme without error feedback).
+    `params` is the list of Parameters gradients are taken with respect to; `sync` was made with their
+    shapes as `parts`, so each step's gradient goes, part by part, where the memory says: added into
+    the residual e (which then is u = g + e; no separate gradient buffer exists), or copied into this
+    rank's own float32 [d] buffer (the dense payload, for a scheme without error feedback).
     """
 
     def __init__(self, module: nn.Module, params: list[nn.Parameter], sync: RankSync,
                  dropout_gen: torch.Generator) -> None:
         self.module, self.params, self.sync, self.dropout_gen = module, params, sync, dropout_gen
         use_generator(module, dropout_gen)
-        self.flat, self.adds = sync.memory.gradient_buffer(sum(p.numel() for p in params), params[0].device)
-        self.views = [v.view_as(p) for v, p in zip(self.flat.split([p.numel() for p in params]), params)]
+        self.device = params[0].device
 
     def step(self, x: Tensor, y: Tensor, density: float) -> LocalStep:
+        """Forward, backward, then u = g + e and its payload (`RankSync.compress`)."""
         t0 = time.perf_counter()
-        x, y = x.to(self.flat.device, non_blocking=True), y.to(self.flat.device, non_blocking=True)
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         self.module.train()
         loss, correct = loss_and_correct(self.module(x), y)
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
-        for view, g in zip(self.views, grads):
-            if self.adds:                                # u = e + g, as e.add_(flat g) would give
-                view.add_(0.0 if g is None else g)
-            elif g is None:
-                view.zero_()
-            else:
-                view.copy_(g)
         loss_value, hits = loss.item(), float(correct)   # on CUDA this waits for the backward pass
         t1 = time.perf_counter()
-        u, payload = self.flat, self.sync.compress_compensated(self.flat, density)
-        if self.flat.is_cuda:
-            torch.cuda.synchronize(self.flat.device)     # so that compress_s covers the selection
+        u, payload = self.sync.compress(grads, density)
+        if u.is_cuda:
+            torch.cuda.synchronize(u.device)              # so that compress_s covers the selection
         t2 = time.perf_counter()
         return LocalStep(payload, u, loss_value, hits, float(y.numel()), t1 - t0, t2 - t1)
+
+    def settle(self, payload: Payload, reduced: Reduced) -> None:
+        """After the collective: this rank's residual becomes u - what counted as sent."""
+        self.sync.settle(payload, reduced)
 
     def state_dict(self) -> dict:
         return {"buffers": {n: b.clone() for n, b in self.module.named_buffers()},

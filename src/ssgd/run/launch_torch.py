@@ -1,8 +1,8 @@
 """`backend=torch` from a plain shell: start P local torch.distributed ranks on the resolved config and watch them.
 
-Like the MPI launcher (`ssgd.launch`), this process composes nothing and joins no process group. The
-resolved config is saved as `<run dir>/worker_config.yaml` (`ssgd.launch.prepare`) and each rank runs
-`python -m ssgd.torch_worker <that file>` with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+Like the MPI launcher (`ssgd.run.launch_mpi`), this process composes nothing and joins no process group. The
+resolved config is saved as `<run dir>/worker_config.yaml` (`ssgd.run.launch_mpi.prepare`) and each rank runs
+`python -m ssgd.run.worker_torch <that file>` with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (or `dist.master_port`), as torchrun would set them on one
 host. The launcher watches its children: the first rank that exits non-zero (or is killed) is named
 in one line, the other ranks are stopped (SIGTERM, then SIGKILL after a grace period), and the job's
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ssgd.launch import prepare, worker_env
-from ssgd.rendezvous import LocalRank, rank_device
+from ssgd.run.launch_mpi import prepare, worker_env
+from ssgd.worlds.rendezvous import LocalRank, rank_device
 
 log = logging.getLogger("ssgd.train")
 POLL_S = 0.05          # how often the launcher looks at its ranks
@@ -35,7 +35,7 @@ GRACE_S = 5.0          # SIGTERM -> SIGKILL for the ranks still running after on
 
 
 def worker_command(config_path: Path) -> list[str]:
-    return [sys.executable, "-m", "ssgd.torch_worker", str(config_path)]
+    return [sys.executable, "-m", "ssgd.run.worker_torch", str(config_path)]
 
 
 def free_port() -> int:
