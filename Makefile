@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench
+.PHONY: help setup run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench wo
 
 bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~9 min; OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)
+
+bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases (~2 min)
+	$(PY) bench/startup.py $(ARGS)
 
 bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress (~25 min on 2 quiet cores)
 	@$(PY) bench/progress.py start $(RESULTS_DIR)

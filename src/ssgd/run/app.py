@@ -36,23 +36,32 @@ import ssgd.run.rundir  # noqa: E402,F401  (registers the run directory resolver
 from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted, RunEnded  # noqa: E402
 from ssgd.run.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
 from ssgd.loop.stop import exit_status  # noqa: E402
+from ssgd.run.startup import Phases, check_before_imports, print_profile, take_profile_flag  # noqa: E402
 from ssgd.run.sweep import PointFailed, record_failure  # noqa: E402
 
 # Hydra 1.3 warns that a launcher file named like the plugin's own schema is validated against it: harmless.
 warnings.filterwarnings("ignore", message=r"'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 log = logging.getLogger("ssgd.train")   # Hydra routes it: stdout / stderr and <run dir>/train.log
+PHASES: dict[str, Phases] = {}          # this process's start-up timeline, made by `cli` (one per process)
 
 
-def run(cfg: DictConfig, run_dir: Path) -> float:
+def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
     """One run: check, then train here (backend=thread) or under mpiexec; returns the final val accuracy.
-    Raises ConfigError (bad input) or RunEnded (diverged, interrupted, a rank failed)."""
-    from ssgd.run import build  # after Hydra has parsed the command line: `--help` stays fast
+    Raises ConfigError (bad input) or RunEnded (diverged, interrupted, a rank failed). `phases` records
+    when each start-up phase ended (`--profile`)."""
+    phases = phases or Phases()
+    check_before_imports(cfg)                  # keys, value ranges, data paths: before torch is imported
+    phases.mark("checks")
+    from ssgd.run import build  # after the checks and Hydra's parsing: `--help` and bad input stay fast
     from ssgd.config import Backend
     from ssgd.run.report import diverged, report
     from ssgd.loop.stop import StopRequest
 
+    phases.mark("import torch + ssgd")
     spec = build.spec(cfg)
+    phases.mark("spec")
     build.preflight(spec)                      # before any rank starts or any state is allocated
+    phases.mark("preflight")
     if spec.config.backend is Backend.mpi:
         from ssgd.run.launch_mpi import launch, prepare, worker_command
 
@@ -62,11 +71,13 @@ def run(cfg: DictConfig, run_dir: Path) -> float:
                      f"  mpirun -np {spec.world_size} [your mpirun options] {command}")
             return 0.0
         launch(cfg, run_dir)
+        phases.mark("mpi job")
         return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
     if spec.config.backend is Backend.torch:     # P local torch.distributed ranks (ssgd.run.launch_torch)
         from ssgd.run.launch_torch import run as run_torch
 
         status = run_torch(cfg, run_dir)
+        phases.mark("torch job")
         if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM)):
             raise Interrupted(f"backend=torch: interrupted; the ranks were stopped (exit status {status})", status,
                               step=-1, checkpoint=None)
@@ -78,8 +89,10 @@ def run(cfg: DictConfig, run_dir: Path) -> float:
     stop = StopRequest()
     with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
         trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
+        phases.mark("build (data, model, world)")
         try:
             summary = trainer.fit()
+            phases.mark("train")
         finally:
             world.close()
             writer.close()
@@ -101,8 +114,10 @@ def main(cfg: DictConfig) -> float | PointFailed:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    phases = PHASES.get("run") or Phases()
+    phases.mark("compose")
     try:
-        return run(cfg, run_dir)
+        return run(cfg, run_dir, phases)
     except (ConfigError, RunEnded) as err:
         status = err.status if isinstance(err, RunEnded) else EXIT_BAD_INPUT
         log.error(f"error: {err}")
@@ -120,6 +135,8 @@ def main(cfg: DictConfig) -> float | PointFailed:
 def cli() -> None:
     """The console entry (`ssgd-train`, `python -m ssgd`, `python src/train.py`): Hydra's command line;
     composition errors and an early Ctrl-C become one line and their exit status."""
+    profile = take_profile_flag(sys.argv)    # `--profile`: how long each start-up phase took, on stderr
+    PHASES["run"] = Phases()
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"     # let composition errors reach us instead of Hydra's report
     try:
@@ -132,3 +149,6 @@ def cli() -> None:
     except KeyboardInterrupt:                # Ctrl-C before a run installed its own handler
         print("error: interrupted by SIGINT before training started", file=sys.stderr)
         sys.exit(exit_status(signal.SIGINT))
+    finally:
+        if profile:
+            print_profile(PHASES["run"])

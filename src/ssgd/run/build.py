@@ -23,13 +23,11 @@ import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from ssgd.loop import checkpoint
 from ssgd.run import footprint
 from ssgd.loop.capture import Capture
-from ssgd.config import (Config, TrainConfig, WandbMode, built, check_all_targets, check_keys, locate, one_line,
-                         to_plain)
+from ssgd.config import (Config, TrainConfig, WandbMode, built, check_all_targets, check_keys, locate, to_plain)
 from ssgd.data.base import DataSpec, TensorData
 from ssgd.data.loader import steps_per_epoch
 from ssgd.data.probe import probe
@@ -40,6 +38,7 @@ from ssgd.loop.schedule import LRSchedule
 from ssgd.loop.stop import StopRequest
 from ssgd.loop.sync import Scheme
 from ssgd.loop.trainer import Trainer
+from ssgd.run.startup import typed
 from ssgd.utils import wandb_run
 from ssgd.utils.metrics import MetricWriter, wandb_credentials
 from ssgd.worlds.base import ThreadWorld, World
@@ -62,16 +61,6 @@ class RunSpec:
     @property
     def world_size(self) -> int:
         return self.config.cluster.world_size
-
-
-def typed(cfg: DictConfig) -> Config:
-    """The config as schema dataclasses; their `__post_init__` range checks run here."""
-    try:
-        return OmegaConf.to_object(cfg)  # type: ignore[return-value]
-    except OmegaConfBaseException as err:
-        if isinstance(err.__cause__, ConfigError):
-            raise err.__cause__ from None
-        raise ConfigError(one_line(err)) from None
 
 
 def spec(cfg: DictConfig) -> RunSpec:
