@@ -18,7 +18,6 @@ import importlib
 import importlib.resources
 import inspect
 import math
-import re
 from collections.abc import Callable
 from dataclasses import MISSING as DC_MISSING
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -30,7 +29,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import InstantiationException
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
-from ssgd.errors import ConfigError
+from ssgd.errors import BadArgument, ConfigError
 
 
 class Backend(Enum):
@@ -73,10 +72,10 @@ def _finite_at_least(value: object, key: str, minimum: float, strict: bool = Fal
 
 
 def check_density(value: object, key: str = "density") -> float:
-    """`value` as a float when it is a number in (0, 1] (k = max(int(d * density), 1)); else ConfigError
-    (a ValueError) "key=value: must be a number in (0, 1]". The one density check of the package."""
+    """`value` as a float when it is a number in (0, 1] (k = max(int(d * density), 1)); else BadArgument
+    (a ConfigError, a ValueError) "key=value: must be a number in (0, 1]". The one density check of the package."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-        raise ConfigError(f"{key}={value!r}: must be a number in (0, 1]")
+        raise BadArgument(key, value, "must be a number in (0, 1]")
     return float(value)
 
 
@@ -105,24 +104,26 @@ T = TypeVar("T")
 def built(key: str, make: Callable[[], T], node: Any = None) -> T:
     """make(), with a failure turned into a one-line ConfigError about config node `key`.
 
-    A ValueError/TypeError "name=value: reason" from a constructor becomes "key.name=value: reason" when
-    `name` is a key of `node`; any other message becomes "key: message". ConfigErrors pass through.
+    A `BadArgument` ("name=value: reason") from a constructor becomes "key.name=value: reason" when `name`
+    is a key of `node`; any other ValueError/TypeError message becomes "key: message". ConfigErrors pass.
     """
     try:
         return make()
+    except BadArgument as err:
+        failure: BaseException | str = err
     except ConfigError:
         raise
     except InstantiationException as err:
         cause = err.__cause__
-        if isinstance(cause, ConfigError):
+        if isinstance(cause, ConfigError) and not isinstance(cause, BadArgument):
             raise cause from None
-        message = str(cause) if isinstance(cause, (ValueError, TypeError)) else str(err).splitlines()[0]
+        failure = cause if isinstance(cause, (ValueError, TypeError)) else str(err).splitlines()[0]
     except (ValueError, TypeError) as err:
-        message = str(err)
-    message = message.strip().splitlines()[0] if message.strip() else "invalid value"
-    name = re.match(r"^(\w+)=", message)
-    if name and isinstance(node, DictConfig) and name.group(1) in node:
-        raise ConfigError(f"{key}.{message}") from None
+        failure = err
+    if isinstance(failure, BadArgument) and isinstance(node, DictConfig) and failure.name in node:
+        raise ConfigError(f"{key}.{failure}") from None
+    message = str(failure).strip()
+    message = message.splitlines()[0] if message else "invalid value"
     raise ConfigError(f"{key}: {message}") from None
 
 

@@ -21,6 +21,18 @@ class ConfigError(ValueError):
     Raise it with a message that names the offending config key or file and says what is allowed."""
 
 
+class BadArgument(ConfigError):
+    """A constructor refuses the value of its argument `name`: "name=value: reason".
+
+    `ssgd.config.built` turns it into a ConfigError naming the config key (`compressor.compress.name=...`)
+    from `name`, without reading the message; a plain ValueError is reported as "key: message". A
+    ConfigError (and so a ValueError): outside a config, it is the one line itself."""
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        super().__init__(f"{name}={value!r}: {reason}")
+        self.name, self.value, self.reason = name, value, reason
+
+
 class RunEnded(Exception):
     """A run that ended without a result: `status` is the exit status, `str(self)` the one line for the user."""
 

@@ -53,6 +53,7 @@ from ssgd.comm.wire import MAX_NUMEL, check_numel, pack_entries, unpack_sparse
 from ssgd.payload import Payload, Sparse
 from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.errors import BadArgument
 
 TAG_GTOPK = 17
 TAG_SURVIVED = 18
@@ -188,7 +189,7 @@ class GTopKAllreduce(Collective):
 
     def __init__(self, residual: str = "released") -> None:
         if residual not in RESIDUAL_RULES:
-            raise ValueError(f"residual={residual!r}: must be one of {', '.join(RESIDUAL_RULES)}")
+            raise BadArgument("residual", residual, f"must be one of {', '.join(RESIDUAL_RULES)}")
         self.residual = residual
         self._idle: dict[int, _RankBuffers] = {}
 

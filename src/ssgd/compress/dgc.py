@@ -34,6 +34,7 @@ from torch import Tensor
 from ssgd.compress.base import Compressor
 from ssgd.compress.sparse import k_of
 from ssgd.payload import Sparse
+from ssgd.errors import BadArgument
 
 SAMPLE_FRACTION = 0.01    # the released `DGCSamplingCompressor` samples 1 % of the entries
 
@@ -62,7 +63,7 @@ class DGCSampling(Compressor):
         if generator is None:
             raise ValueError("DGCSampling needs its own torch.Generator (one per rank)")
         if not 0.0 < sample_fraction <= 1.0:
-            raise ValueError(f"sample_fraction={sample_fraction!r}: must be in (0, 1]")
+            raise BadArgument("sample_fraction", sample_fraction, "must be in (0, 1]")
         super().__init__(generator)
         self.sample_fraction = float(sample_fraction)
         self.scale_k = bool(scale_k)

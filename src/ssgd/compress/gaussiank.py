@@ -44,6 +44,7 @@ from torch import Tensor
 from ssgd.compress.base import Compressor
 from ssgd.compress.sparse import k_of
 from ssgd.payload import Sparse
+from ssgd.errors import BadArgument
 
 REFINEMENT_LOOPS = 3
 REFINEMENTS = ("released", "bisect")
@@ -131,9 +132,9 @@ class GaussianK(Compressor):
                  loops: int = REFINEMENT_LOOPS) -> None:
         super().__init__(generator)
         if refinement not in REFINEMENTS:
-            raise ValueError(f"refinement={refinement!r}: allowed: {', '.join(REFINEMENTS)}")
+            raise BadArgument("refinement", refinement, f"allowed: {', '.join(REFINEMENTS)}")
         if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
-            raise ValueError(f"loops={loops!r}: must be an integer >= 1")
+            raise BadArgument("loops", loops, "must be an integer >= 1")
         self.refinement, self.loops = refinement, loops
 
     selection_cost = "linear"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from ssgd.errors import BadArgument
 
 
 @dataclass(frozen=True)
@@ -27,25 +28,25 @@ class LRSchedule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "milestones", tuple(self.milestones))
         if not _positive(self.lr):
-            raise ValueError(f"lr={self.lr!r}: must be a finite number > 0")
+            raise BadArgument("lr", self.lr, "must be a finite number > 0")
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
-            raise ValueError(f"world_size={self.world_size!r}: must be an integer >= 1")
+            raise BadArgument("world_size", self.world_size, "must be an integer >= 1")
         if not (_finite(self.warmup_epochs) and self.warmup_epochs >= 0):
-            raise ValueError(f"warmup_epochs={self.warmup_epochs!r}: must be a finite number >= 0")
+            raise BadArgument("warmup_epochs", self.warmup_epochs, "must be a finite number >= 0")
         if self.warmup_start is not None and not (_finite(self.warmup_start) and self.warmup_start >= 0):
-            raise ValueError(f"warmup_start={self.warmup_start!r}: must be null (lr / world_size) or a finite "
-                             "number >= 0")
+            raise BadArgument("warmup_start", self.warmup_start, "must be null (lr / world_size) or a finite "
+                              "number >= 0")
         if not all(_finite(m) for m in self.milestones):
-            raise ValueError(f"milestones={list(self.milestones)!r}: must be finite epochs")
+            raise BadArgument("milestones", list(self.milestones), "must be finite epochs")
         if not _positive(self.gamma):
-            raise ValueError(f"gamma={self.gamma!r}: must be a finite number > 0")
+            raise BadArgument("gamma", self.gamma, "must be a finite number > 0")
         try:
             values = [self.lr * self.gamma ** n for n in range(len(self.milestones) + 1)]
         except OverflowError:
             values = [math.inf]
         if not all(_positive(v) for v in values):
-            raise ValueError(f"gamma={self.gamma!r}: lr * gamma^n leaves the finite positive numbers over "
-                             f"{len(self.milestones)} milestones")
+            raise BadArgument("gamma", self.gamma, f"lr * gamma^n leaves the finite positive numbers over "
+                              f"{len(self.milestones)} milestones")
 
     @property
     def start(self) -> float:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ssgd.data.base import DataSpec
 from ssgd.models.checks import image_shape
+from ssgd.errors import BadArgument
 
 MIN_SIDE = 15
 """Smallest H and W: three 3/2 poolings must leave at least 1x1."""
@@ -61,5 +62,5 @@ def alexnet_r(spec: DataSpec, ceil_mode: bool = False) -> nn.Module:
     """
     channels, height, width = image_shape(spec, "alexnet_r", MIN_SIDE, "CIFAR-10: 3x32x32")
     if not isinstance(ceil_mode, bool):
-        raise ValueError(f"ceil_mode={ceil_mode!r}: must be true or false")
+        raise BadArgument("ceil_mode", ceil_mode, "must be true or false")
     return AlexNetR(channels, height, width, spec.num_classes, ceil_mode)

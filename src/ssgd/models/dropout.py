@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from ssgd.errors import BadArgument
 
 
 class GenDropout(nn.Module):
@@ -26,7 +27,7 @@ class GenDropout(nn.Module):
         super().__init__()
         p = float(p)
         if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout={p}: the dropout probability must be in [0, 1)")
+            raise BadArgument("dropout", p, "the dropout probability must be in [0, 1)")
         self.p = p
         self.gen: torch.Generator | None = None
 

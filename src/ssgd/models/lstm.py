@@ -4,7 +4,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ssgd.data.base import DataSpec
-from ssgd.errors import ConfigError
+from ssgd.errors import BadArgument, ConfigError
 from ssgd.models.dropout import GenDropout
 
 INIT_RANGE = 0.1
@@ -38,7 +38,7 @@ class LSTMLM(nn.Module):
             )
         for key, value, low in (("emb", emb, 1), ("hidden", hidden, 1), ("layers", layers, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{key}={value!r}: must be an int >= {low}")
+                raise BadArgument(key, value, f"must be an int >= {low}")
         vocab = spec.num_classes
         self.embedding = nn.Embedding(vocab, emb)
         self.drop_in = GenDropout(dropout)

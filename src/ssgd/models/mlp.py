@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 
 from ssgd.data.base import DataSpec
-from ssgd.errors import ConfigError
+from ssgd.errors import BadArgument, ConfigError
 from ssgd.models.dropout import GenDropout
 
 
@@ -34,7 +34,7 @@ class FNN3(nn.Module):
             )
         widths = tuple(hidden)
         if not widths or any(isinstance(w, bool) or not isinstance(w, int) or w <= 0 for w in widths):
-            raise ValueError(f"hidden={list(widths)}: must be a non-empty list of positive ints")
+            raise BadArgument("hidden", list(widths), "must be a non-empty list of positive ints")
         layers: list[nn.Module] = [nn.Flatten()]
         width_in = math.prod(spec.input_shape)
         for width in widths:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ssgd.data.base import DataSpec
-from ssgd.errors import ConfigError
+from ssgd.errors import BadArgument, ConfigError
 
 SHORTCUTS = ("A", "B")
 
@@ -96,7 +96,7 @@ def _build(name: str, blocks_per_stage: int, spec: DataSpec, shortcut: str) -> C
             f"'{spec.kind}' and input_shape {shape}"
         )
     if shortcut not in SHORTCUTS:
-        raise ValueError(f"shortcut={shortcut!r}: must be one of {list(SHORTCUTS)}")
+        raise BadArgument("shortcut", shortcut, f"must be one of {list(SHORTCUTS)}")
     return CifarResNet(shape[0], spec.num_classes, blocks_per_stage, shortcut)
 
 
