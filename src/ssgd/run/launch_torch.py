@@ -32,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ssgd.errors import ConfigError
 from ssgd.run.launch_mpi import prepare, worker_env
 from ssgd.worlds.rendezvous import LocalRank, rank_device
 
