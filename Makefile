@@ -132,6 +132,21 @@ validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-r
 gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (< 5 min; no GPU: says so, exit 0)
 	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
+.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed
+P  ?= 4
+BW ?= 1gbit
+testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> cluster=testbed, outputs/testbed/hosts (P=4 BW=1gbit; docs/testbed.md)
+	scripts/testbed/testbed.sh up $(P) $(BW)
+
+testbed-down:  ## remove every namespace, link and qdisc testbed-up made (also after a failed up)
+	scripts/testbed/testbed.sh down
+
+alphabeta-testbed:  ## fit alpha/beta by MPI ping-pong between testbed hosts 1 and 2 -> outputs/testbed/alphabeta.yaml (~1 min)
+	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --force
+
+testbed-status:  ## the testbed's hosts and shaping; exit 0 when it is up
+	scripts/testbed/testbed.sh status
+
 .PHONY: slurm-up slurm-down test-slurm
 slurm-up:  ## single-node SLURM cluster on this machine: installs Debian's slurm + munge as root, starts them (~1 min first time)
 	scripts/slurm/cluster.sh up

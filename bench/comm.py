@@ -211,15 +211,20 @@ def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
     from ssgd.run.launch_mpi import mpiexec_path, worker_env
 
+    from omegaconf import OmegaConf
+
     out = tmp / f"comm_P{P}.json"
-    argv = [mpiexec_path(), "-n", str(P), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
+    cluster = OmegaConf.load(ROOT / "conf" / "cluster" / f"{args.cluster}.yaml")
+    hosts = ["--hostfile", str(cluster.hostfile), *map(str, cluster.get("mpiexec_args") or [])] \
+        if cluster.get("hostfile") else []          # e.g. cluster=testbed: one rank per host (docs/testbed.md)
+    argv = [mpiexec_path(), "-n", str(P), *hosts, sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
             "--worker", "--out", str(out), "--sizes", *args.sizes, "--density", repr(args.density),
             "--cluster", args.cluster, "--rounds", str(args.rounds), "--retries", str(args.retries),
             "--noise-threshold", repr(args.noise_threshold), "--min-round-s", repr(args.min_round_s),
             "--tree-root", str(os.getpid())]
     base = low = machine.mem_available_bytes()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=worker_env(local=True), cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(argv, env=worker_env(local=not hosts), cwd=ROOT, start_new_session=True)
     status: str | None = None
     while status is None:
         try:
@@ -357,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--P", type=int, nargs="+", help="numbers of MPI ranks (default 2 4 8)")
     ap.add_argument("--sizes", nargs="+", help="element counts, e.g. 1M 25M (M = 2**20; default 1M 25M)")
     ap.add_argument("--density", type=float, default=DENSITY, help="k = max(int(d * density), 1)")
-    ap.add_argument("--cluster", default="local", help="conf/cluster/<name>.yaml whose network is modelled")
+    ap.add_argument("--cluster", default="local", help="conf/cluster/<name>.yaml whose network is modelled; with a "
+                    "hostfile (cluster=testbed) the ranks run on its hosts with its mpiexec arguments")
     ap.add_argument("--rounds", type=int,
                     help=f"interleaved rounds per (P, d) (default {ROUNDS}; --quick {QUICK_ROUNDS})")
     harness.add_noise_arguments(ap)

@@ -148,6 +148,7 @@ class ClusterConfig:
     network: NetworkConfig = MISSING
     hostfile: Optional[str] = None             # backend=mpi: mpiexec --hostfile (null: every rank on this machine)
     mpiexec_args: list[str] = field(default_factory=list)   # extra mpiexec arguments
+    agent: Optional[str] = None                # backend=torch with a hostfile: `agent <host> <command>` starts a rank there
 
     def __post_init__(self) -> None:
         _int_at_least(self.world_size, "cluster.world_size", 1)

@@ -10,6 +10,11 @@ exit status is that rank's (1 when it died from a signal). A dead rank thus ends
 a second, whatever `dist.timeout_s` is. Interrupted (Ctrl-C, SIGTERM), the launcher stops its ranks and
 returns 130 / 143.
 
+With `cluster.hostfile` and `cluster.agent` (an ssh-like command: `agent <host> <shell command>`), rank r is
+started on the hostfile's r-th slot through the agent instead, with LOCAL_RANK 0 of 1 per host and MASTER_ADDR
+the first host: one rank per machine, as torchrun with `--nnodes P --nproc-per-node 1` would place them
+(the testbed of docs/testbed.md gives both). The watching and stopping are the same.
+
 `dist.launch=false` writes the file and prints the torchrun and srun commands that run the same ranks
 on a cluster (docs/gpu-clusters.md).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ssgd.errors import ConfigError
 from ssgd.run.launch_mpi import prepare, worker_env
 from ssgd.worlds.rendezvous import LocalRank, rank_device
 
@@ -48,6 +55,62 @@ def rank_env(base: dict[str, str], rank: int, P: int, port: int) -> dict[str, st
     """The environment of local rank `rank` of P on this host (torchrun's variables)."""
     return {**base, "RANK": str(rank), "WORLD_SIZE": str(P), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(P),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+# What a rank started on another host needs from this launcher's environment (the rest is the host's own).
+FORWARDED = ("OMP_NUM_THREADS", "MALLOC_ARENA_MAX", "WANDB_SILENT", "WANDB_MODE", "PYTHONPATH", "SSGD_ENDED_FILE")
+
+
+def hostfile_slots(path: Path) -> list[str]:
+    """The hosts of an Open MPI hostfile, one entry per slot, in order (`host slots=N`; `#` comments).
+    ConfigError (one line) for a missing file or a bad slots count."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ConfigError(f"cluster.hostfile={str(path)!r}: cannot read it ({e.strerror})") from None
+    hosts: list[str] = []
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        slots = 1
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            if key == "slots":
+                if not value.isdigit() or int(value) < 1:
+                    raise ConfigError(f"cluster.hostfile={str(path)!r} line {number}: slots={value!r}: must be a "
+                                      "positive integer")
+                slots = int(value)
+        hosts += [words[0]] * slots
+    return hosts
+
+
+def remote_command(agent: str, host: str, env: dict[str, str], command: list[str]) -> list[str]:
+    """`agent host '<exec env K=V ... command>'`: the agent gets one shell command, as ssh would, and the
+    rank replaces the remote shell (`exec`), so stopping the agent's process stops the rank."""
+    assignments = [f"{k}={v}" for k, v in env.items()]
+    return [*shlex.split(agent), host, shlex.join(["exec", "env", *assignments, *command])]
+
+
+def host_ranks(cfg: DictConfig, base: dict[str, str], config_path: Path, port: int) -> list[list[str]] | None:
+    """The agent command of every rank when `cluster.hostfile` and `cluster.agent` are set, else None.
+    ConfigError when the hostfile has fewer slots than cluster.world_size."""
+    hostfile, agent = cfg.cluster.get("hostfile"), cfg.cluster.get("agent")
+    if not (hostfile and agent):
+        return None
+    P = int(cfg.cluster.world_size)
+    hosts = hostfile_slots(Path(hostfile))
+    if len(hosts) < P:
+        raise ConfigError(f"cluster.hostfile={hostfile!r}: {len(hosts)} slots for cluster.world_size={P}")
+    hosts = hosts[:P]
+    commands = []
+    for r, host in enumerate(hosts):
+        local = hosts[:r].count(host)
+        env = {k: base[k] for k in FORWARDED if base.get(k)}
+        env.update(RANK=str(r), WORLD_SIZE=str(P), LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(hosts.count(host)),
+                   MASTER_ADDR=hosts[0], MASTER_PORT=str(port))
+        commands.append(remote_command(str(agent), host, env, worker_command(config_path)))
+    return commands
 
 
 def check_devices(cfg: DictConfig) -> None:
@@ -105,6 +168,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     P = int(cfg.cluster.world_size)
     port = int(OmegaConf.select(cfg, "dist.master_port") or free_port())
     base = worker_env(local=True)
+    remote = host_ranks(cfg, base, config_path, port)
     procs: list[subprocess.Popen] = []
     try:
         previous = signal.signal(signal.SIGTERM, _terminated)   # stop the ranks too, not only this process
@@ -112,7 +176,10 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
         previous = None
     try:
         for r in range(P):
-            procs.append(subprocess.Popen(worker_command(config_path), env=rank_env(base, r, P, port)))
+            if remote is not None:
+                procs.append(subprocess.Popen(remote[r], env=base))
+            else:
+                procs.append(subprocess.Popen(worker_command(config_path), env=rank_env(base, r, P, port)))
         return watch(procs)
     except KeyboardInterrupt:
         stop(procs)

@@ -1,6 +1,10 @@
 """`make alphabeta`: measure alpha and beta of your network and write a cluster config.
 
     python -m ssgd.tools.calibrate --name mylab --world-size 16 [--hostfile hosts.txt] [--force]
+    python -m ssgd.tools.calibrate --from-cluster testbed --out outputs/testbed/alphabeta.yaml --force
+
+`--from-cluster NAME` takes the hostfile, world size and mpiexec arguments of conf/cluster/NAME.yaml (the
+testbed's agent and btl tcp, docs/testbed.md), so the ping-pong runs between that cluster's first two hosts.
 
 Runs `ssgd.tools.pingpong` on 2 MPI ranks (on 2 hosts of the hostfile, or on this machine), fits
 t = alpha + n beta by relative least squares (`fit_alpha_beta`), prints the points and the fit,
@@ -42,8 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--world-size", type=int, default=4, help="workers of the cluster the file describes")
     ap.add_argument("--hostfile", default=None, help="mpiexec hostfile; the ping-pong uses its first 2 slots")
     ap.add_argument("--force", action="store_true", help="overwrite an existing conf/cluster/NAME.yaml")
+    ap.add_argument("--from-cluster", default=None,
+                    help="take --hostfile, --world-size and the mpiexec arguments from conf/cluster/NAME.yaml")
     ap.add_argument("--out", default=None, help="write here instead of conf/cluster/NAME.yaml")
     args = ap.parse_args(argv)
+    extra: list[str] = []
+    if args.from_cluster:
+        from omegaconf import OmegaConf
+
+        source = CONF / f"{args.from_cluster}.yaml"
+        if not source.is_file():
+            print(f"error: --from-cluster={args.from_cluster}: no {source.name} in conf/cluster/", file=sys.stderr)
+            return 2
+        cluster = OmegaConf.load(source)
+        args.hostfile, args.world_size = cluster.get("hostfile"), int(cluster.world_size)
+        extra = [str(a) for a in cluster.get("mpiexec_args") or []]
     out = Path(args.out) if args.out else CONF / f"{args.name}.yaml"
     if args.world_size < 1:
         print(f"error: --world-size={args.world_size}: must be >= 1", file=sys.stderr)
@@ -53,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "pingpong.json"
-        argv_mpi = [mpiexec_path(), "-n", "2"] + (["--hostfile", args.hostfile] if args.hostfile else [])
+        argv_mpi = [mpiexec_path(), "-n", "2"] + (["--hostfile", args.hostfile] if args.hostfile else []) + extra
         argv_mpi += [sys.executable, "-m", "mpi4py", "-m", "ssgd.tools.pingpong", str(result)]
         status = subprocess.run(argv_mpi, env=worker_env(local=args.hostfile is None), timeout=600).returncode
         if status != 0 or not result.exists():
