@@ -196,12 +196,18 @@ def parameter_count(cfg: DictConfig, data_spec: DataSpec) -> int | None:
 
 
 # -- the run's objects -----------------------------------------------------------------------------
-def identity(c: Config, data: TensorData) -> dict:
-    """What a checkpoint must share with the run that continues it (`ssgd.loop.checkpoint.check_fits`)."""
-    return {"compressor": c.compressor.name, "compressor.density": c.compressor.density,
-            "compressor.density_warmup": list(c.compressor.density_warmup), "seed": c.seed,
-            "cluster.world_size": c.cluster.world_size, "trainer.batch_size": c.trainer.batch_size,
-            "dataset": data.spec.name}
+def identity(c: Config, data: TensorData, optimizer: DictConfig | None = None) -> dict:
+    """What a checkpoint must share with the run that continues it (`ssgd.loop.checkpoint.check_fits`):
+    the scheme, seed, P, batch size, dataset, and the optimizer's class and hyper-parameters."""
+    ident = {"compressor": c.compressor.name, "compressor.density": c.compressor.density,
+             "compressor.density_warmup": list(c.compressor.density_warmup), "seed": c.seed,
+             "cluster.world_size": c.cluster.world_size, "trainer.batch_size": c.trainer.batch_size,
+             "dataset": data.spec.name}
+    if optimizer is not None:
+        plain = to_plain(optimizer)
+        ident["optimizer"] = plain.get("_target_")
+        ident.update({f"optimizer.{k}": v for k, v in sorted(plain.items()) if not k.startswith("_")})
+    return ident
 
 
 def resume_state(t: TrainConfig, run_dir: Path, world: World, d: int, ident: dict) -> checkpoint.Resume | None:
@@ -210,7 +216,9 @@ def resume_state(t: TrainConfig, run_dir: Path, world: World, d: int, ident: dic
     if path is None:
         return None
     shared, ranks = checkpoint.load_checkpoint(path, world.local_ranks)
-    checkpoint.check_fits(shared, path, ident, d, t.resume_weights_only)
+    changes = checkpoint.check_fits(shared, path, ident, d, t.resume_weights_only, list(t.resume_changes))
+    if world.is_root:
+        checkpoint.record_changes(run_dir, changes)
     return checkpoint.Resume(path, shared, ranks, t.resume_weights_only)
 
 
@@ -243,7 +251,7 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
     mdl = model(s.cfg, data, c.seed)
     labels = {"compressor": c.compressor.name, "cluster": c.cluster.name, "model": s.cfg.model._target_,
               "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
-    ident = identity(c, data)
+    ident = identity(c, data, s.cfg.optimizer)
     d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
     built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
     steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
