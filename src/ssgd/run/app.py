@@ -67,7 +67,7 @@ def run(cfg: DictConfig, run_dir: Path) -> float:
         from ssgd.run.launch_torch import run as run_torch
 
         status = run_torch(cfg, run_dir)
-        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM)):
+        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM), exit_status(signal.SIGHUP)):
             raise Interrupted(f"backend=torch: interrupted; the ranks were stopped (exit status {status})", status,
                               step=-1, checkpoint=None)
         if status != 0:

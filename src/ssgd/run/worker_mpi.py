@@ -120,7 +120,9 @@ def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
     `MPIWorld`; `ssgd.run.worker_torch` passes a TorchWorld). A rank that ends alone (an exception) ends the
     job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
     from ssgd.loop.stop import StopRequest
+    from ssgd.run.orphans import watch_parent
 
+    watch_parent()                            # the launcher died (kill -9, SIGHUP, OOM): stop, never orphan
     stop = StopRequest()
     with stop.installed():                    # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
         return _main(argv, stop, make_world)
