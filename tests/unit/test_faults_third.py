@@ -114,3 +114,20 @@ def test_an_allowed_change_is_recorded_in_the_run(tmp_path, ckpt):
     assert rows == [{"step": 2, "key": "optimizer.lr", "old": 0.1, "new": 0.05}]
     with pytest.raises(ConfigError, match=r"trainer.resume_changes=\['optimizer.lrr'\]: 'optimizer.lrr' is not"):
         start(run, "trainer.resume=auto", "trainer.resume_changes=[optimizer.lrr]")
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_previous_one(tmp_path):
+    """The kernel's own ENOSPC: the temporary file is /dev/full (every write fails with 'No space left')."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    run = tmp_path / "a"
+    fit(run, "trainer.max_steps=2", "trainer.checkpoint_every_steps=2")
+    before = (run / FILENAME).read_bytes()
+    (run / "checkpoint.pt.tmp").symlink_to("/dev/full")
+    with pytest.raises(ConfigError) as err:
+        fit(run, "trainer.max_steps=4", "trainer.checkpoint_every_steps=2", "trainer.resume=auto")
+    line = str(err.value)
+    assert line.startswith(f"{run / FILENAME}: cannot write the checkpoint (No space left on device): it needs "
+                           "about ") and "the previous checkpoint is kept" in line and "\n" not in line
+    assert not (run / "checkpoint.pt.tmp").exists() and not (run / "checkpoint.pt.tmp").is_symlink()
+    assert (run / FILENAME).read_bytes() == before

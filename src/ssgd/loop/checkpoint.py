@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,13 +45,39 @@ class Resume:
     weights_only: bool = False
 
 
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors inside `obj` (nested dicts, lists, tuples): about what a checkpoint of it takes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
 def save_checkpoint(run_dir: Path, shared: dict, ranks: dict[int, dict], is_root: bool = True) -> Path:
-    """Write run_dir/checkpoint.pt atomically (temporary file + rename)."""
+    """Write run_dir/checkpoint.pt atomically (temporary file + rename). A write that fails (a full disk,
+    a quota) deletes its temporary file, keeps the previous checkpoint, and raises ConfigError naming the
+    path, the bytes the checkpoint needs and those free (exit status 2)."""
     path = Path(run_dir) / FILENAME
     if is_root:
         tmp = path.with_suffix(".pt.tmp")
-        torch.save({"shared": shared, "ranks": ranks}, tmp)
-        os.replace(tmp, path)
+        state = {"shared": shared, "ranks": ranks}
+        try:
+            with open(tmp, "wb") as f:             # a file object: torch then raises the OSError itself
+                torch.save(state, f)
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            try:
+                free = f"{shutil.disk_usage(path.parent).free:,} bytes free"
+            except OSError:
+                free = "free space unknown"
+            kept = "the previous checkpoint is kept" if path.exists() else "no earlier checkpoint"
+            raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err}): it needs about "
+                              f"{tensor_bytes(state):,} bytes, {free}; {kept} (free space, or set "
+                              "hydra.run.dir elsewhere and resume from it)") from err
     return path
 
 
