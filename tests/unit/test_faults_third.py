@@ -131,3 +131,43 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_previous_one(tmp_
                            "about ") and "the previous checkpoint is kept" in line and "\n" not in line
     assert not (run / "checkpoint.pt.tmp").exists() and not (run / "checkpoint.pt.tmp").is_symlink()
     assert (run / FILENAME).read_bytes() == before
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def train(*argv: str, **env: str):
+    import subprocess
+    import sys
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), *argv], cwd=ROOT, env={**clean, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_wandb_mode_from_the_environment_is_honoured_or_refused():
+    from ssgd.run.app import honour_wandb_mode
+    assert honour_wandb_mode(["seed=2"], None) == ["seed=2"]
+    assert honour_wandb_mode(["seed=2"], "disabled") == ["seed=2", "wandb.mode=disabled"]
+    assert honour_wandb_mode(["wandb.mode=online"], "online") == ["wandb.mode=online"]
+    with pytest.raises(ConfigError, match="WANDB_MODE=online contradicts wandb.mode=offline on the command line"):
+        honour_wandb_mode(["wandb.mode=offline"], "online")
+    with pytest.raises(ConfigError, match="WANDB_MODE=bogus: must be one of disabled, offline, online"):
+        honour_wandb_mode([], "bogus")
+
+
+def test_wandb_mode_disabled_in_the_environment_writes_no_wandb_run(tmp_path):
+    run = tmp_path / "run"
+    proc = train("trainer.max_steps=1", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert proc.returncode == 0, proc.stderr
+    assert not (run / "wandb").exists()
+    assert "mode: disabled" in (run / ".hydra" / "config.yaml").read_text()   # the record says what ran
+    refused = train("wandb.mode=offline", f"hydra.run.dir={tmp_path / 'b'}", WANDB_MODE="online")
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_lexer_error_carries_the_quoting_hint(tmp_path):
+    proc = train(f"hydra.run.dir={tmp_path}/a;touch {tmp_path}/x")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "LexerNoViableAltException" in proc.stderr and "quote the value inside the shell quotes" in proc.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "a").exists()

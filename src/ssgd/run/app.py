@@ -117,11 +117,34 @@ def main(cfg: DictConfig) -> float | PointFailed:
         return record_failure(run_dir, EXIT_FAILED, line, traceback.format_exc())
 
 
+WANDB_MODES = ("disabled", "offline", "online")
+
+
+def honour_wandb_mode(argv: list[str], env: str | None) -> list[str]:
+    """The command line with `WANDB_MODE` honoured: unset or empty, `argv` unchanged; set, and no
+    `wandb.mode=` on the command line, `wandb.mode=<it>` appended (so `.hydra/config.yaml` records the mode
+    the run uses). ConfigError when WANDB_MODE is not a mode, or contradicts `wandb.mode` on the command line."""
+    if not env:
+        return argv
+    if env not in WANDB_MODES:
+        raise ConfigError(f"WANDB_MODE={env}: must be one of {', '.join(WANDB_MODES)} (or unset)")
+    given = [a.split("=", 1)[1] for a in argv if a.startswith(("wandb.mode=", "++wandb.mode="))]
+    if any(v != env for v in given):
+        raise ConfigError(f"WANDB_MODE={env} contradicts wandb.mode={given[-1]} on the command line: unset "
+                          "WANDB_MODE or drop the override")
+    return argv if given else [*argv, f"wandb.mode={env}"]
+
+
 def cli() -> None:
     """The console entry (`ssgd-train`, `python -m ssgd`, `python src/train.py`): Hydra's command line;
     composition errors and an early Ctrl-C become one line and their exit status."""
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"     # let composition errors reach us instead of Hydra's report
+    try:
+        sys.argv[1:] = honour_wandb_mode(sys.argv[1:], os.environ.get("WANDB_MODE"))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     try:
         main()
     except COMPOSITION_ERRORS as err:        # bad overrides or group files (ours exit inside main)
