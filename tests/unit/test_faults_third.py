@@ -171,3 +171,20 @@ def test_a_lexer_error_carries_the_quoting_hint(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "LexerNoViableAltException" in proc.stderr and "quote the value inside the shell quotes" in proc.stderr
     assert not (tmp_path / "x").exists() and not (tmp_path / "a").exists()
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path):
+    run = tmp_path / "run"
+    first = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", f"hydra.run.dir={run}",
+                  WANDB_MODE="disabled")
+    assert first.returncode == 0, first.stderr
+    files = ("summary.json", "metrics.jsonl", FILENAME)
+    before = {name: (run / name).read_bytes() for name in files}
+    again = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
+                  f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert again.returncode == 0, again.stderr
+    assert "this run already finished at step 2 (summary.json); nothing to do, nothing changed" in again.stdout + again.stderr
+    assert {name: (run / name).read_bytes() for name in files} == before
+    longer = train("trainer.max_steps=3", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
+                   f"hydra.run.dir={run}", WANDB_MODE="disabled")      # extending it is still a resume
+    assert longer.returncode == 0 and json.loads((run / "summary.json").read_text())["steps"] == 3

@@ -33,7 +33,8 @@ from omegaconf import DictConfig  # noqa: E402
 
 import ssgd.config  # noqa: E402,F401  (registers the schema `base_config` in Hydra's ConfigStore)
 import ssgd.run.rundir  # noqa: E402,F401  (registers the run directory resolvers of conf/config.yaml)
-from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted, RunEnded  # noqa: E402
+from ssgd.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError,  # noqa: E402
+                         Interrupted, RunEnded)
 from ssgd.run.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
 from ssgd.loop.stop import exit_status  # noqa: E402
 from ssgd.run.sweep import PointFailed, record_failure  # noqa: E402
@@ -77,7 +78,11 @@ def run(cfg: DictConfig, run_dir: Path) -> float:
         return final_val_acc(json.loads(summary_path.read_text())) if summary_path.exists() else 0.0
     stop = StopRequest()
     with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
-        trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
+        try:
+            trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
+        except AlreadyFinished as done:         # resuming a finished run: say so, change nothing
+            log.info(str(done))
+            return final_val_acc(done.summary)
         try:
             summary = trainer.fit()
         finally:

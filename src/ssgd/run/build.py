@@ -14,6 +14,7 @@ ValueError/TypeError with messages of the form `param=value: ...`; `built` prefi
 """
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from ssgd.config import (Config, TrainConfig, WandbMode, built, check_all_target
 from ssgd.data.base import DataSpec, TensorData
 from ssgd.data.loader import steps_per_epoch
 from ssgd.data.probe import probe
-from ssgd.errors import ConfigError
+from ssgd.errors import AlreadyFinished, ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.loop.schedule import LRSchedule
@@ -222,6 +223,21 @@ def resume_state(t: TrainConfig, run_dir: Path, world: World, d: int, ident: dic
     return checkpoint.Resume(path, shared, ranks, t.resume_weights_only)
 
 
+def finished(resume: checkpoint.Resume | None, run_dir: Path, total_steps: int) -> None:
+    """AlreadyFinished when `resume` continues the run in `run_dir` from a checkpoint at or past its last
+    step and that run wrote its summary: resuming it would only rewrite the summary's wall-clock time."""
+    if resume is None or resume.weights_only or resume.path.parent.resolve() != Path(run_dir).resolve():
+        return
+    summary_path = Path(run_dir) / "summary.json"
+    if resume.shared["step"] >= total_steps and summary_path.is_file():
+        try:
+            summary = json.loads(summary_path.read_text())
+        except (OSError, ValueError):
+            return                      # an unreadable summary: finishing again rewrites it
+        raise AlreadyFinished(f"{run_dir}: this run already finished at step {resume.shared['step']} (summary.json); "
+                              "nothing to do, nothing changed", summary)
+
+
 def metric_writer(s: RunSpec, run_dir: Path, world: World, resume: checkpoint.Resume | None) -> MetricWriter:
     """The run's MetricWriter. A run that continues its own directory keeps exactly the metrics.jsonl
     records its checkpoint had seen and continues its wandb run; `trainer.resume=auto` without a
@@ -254,11 +270,13 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
     ident = identity(c, data, s.cfg.optimizer)
     d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
     built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
-    steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
+    spe = steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
+    total = c.trainer.epochs * spe if c.trainer.max_steps is None else min(c.trainer.max_steps, c.trainer.epochs * spe)
     own = world is None                # a world the caller passed is the caller's to close
     world = world or ThreadWorld(s.world_size, c.threads)
     try:
         resume = resume_state(c.trainer, run_dir, world, d, ident)
+        finished(resume, run_dir, total)
         writer = metric_writer(s, run_dir, world, resume)
     except BaseException:
         if own:

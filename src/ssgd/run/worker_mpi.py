@@ -131,7 +131,7 @@ def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
 def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
     from ssgd.run import build
     from ssgd import config
-    from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted
+    from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError, Interrupted
     from ssgd.run.report import diverged, report
     from ssgd.utils.logs import setup_rank
 
@@ -156,6 +156,10 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
                               f"start it with {world.start_hint(cfg.cluster.world_size)} or set cluster.world_size={world.size}")
         cfg = world.prepare(cfg)        # this rank's device (one GPU per rank); torch.distributed: join the group
         trainer, writer, _ = build.trainer(cfg, run_dir, world, stop=stop)
+    except AlreadyFinished as err:            # every rank reads the same files: all return here
+        if world.is_root:
+            log.info(str(err))
+        return 0
     except (ConfigError, Interrupted) as err:
         problem = (err.status if isinstance(err, Interrupted) else EXIT_BAD_INPUT, str(err))
     except Exception as err:
