@@ -9,6 +9,8 @@
 #      and SSGD_RUN_DIR (default <root>/outputs/slurm/<job name>-<job id>).
 # Out: ROOT, PY, RUN_DIR, WORKER (array: `python -m mpi4py -m ssgd.run.worker_mpi <config>` or `python -m ssgd.run.worker_torch
 #      <config>`); OMP_NUM_THREADS=1 and the repository's src/ on PYTHONPATH exported.
+# Resume: trainer.resume=auto is passed unless the overrides set trainer.resume, so a job that SLURM requeues
+#      (`scontrol requeue`, preemption; the same job id, so the same RUN_DIR) continues from its checkpoint.
 # Bad input: one line on stderr and exit 2.
 set -euo pipefail
 
@@ -21,8 +23,10 @@ PY=${SSGD_PYTHON:-$ROOT/.venv/bin/python}
 [[ -x $PY ]] || fail "SSGD_PYTHON=$PY: not an executable (run \`make setup\` or point SSGD_PYTHON at the project's python)"
 RUN_DIR=${SSGD_RUN_DIR:-$ROOT/outputs/slurm/${SLURM_JOB_NAME:-ssgd}-$SLURM_JOB_ID}
 
+RESUME=(trainer.resume=auto)   # a requeued or preempted job (same job id, same RUN_DIR) continues its checkpoint
 for arg in "$@"; do    # the allocation decides the number of ranks: refuse a different cluster.world_size
     case $arg in
+        trainer.resume=*) RESUME=() ;;   # the user's own choice wins
         cluster.world_size=*) [[ ${arg#*=} == "$SLURM_NTASKS" ]] \
             || fail "$arg but this job has $SLURM_NTASKS tasks: set the ranks with sbatch --ntasks" ;;
         backend=*|mpi.launch=*|dist.launch=*|hydra.run.dir=*) fail "$arg: set by this script (backend, mpi.launch=false or dist.launch=false, SSGD_RUN_DIR)" ;;
@@ -39,6 +43,7 @@ case ${SSGD_SBATCH_BACKEND:-mpi} in
     torch) LAUNCH=(backend=torch dist.launch=false); MODULE=(-m ssgd.run.worker_torch) ;;
     *)     fail "SSGD_SBATCH_BACKEND=$SSGD_SBATCH_BACKEND: must be mpi or torch" ;;
 esac
-"$PY" "$ROOT/src/train.py" "${LAUNCH[@]}" "hydra.run.dir=$RUN_DIR" "cluster.world_size=$SLURM_NTASKS" "$@"
+[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] || echo "job $SLURM_JOB_ID: restart ${SLURM_RESTART_COUNT}: continuing from $RUN_DIR/checkpoint.pt"
+"$PY" "$ROOT/src/train.py" "${LAUNCH[@]}" "hydra.run.dir=$RUN_DIR" "cluster.world_size=$SLURM_NTASKS" "${RESUME[@]}" "$@"
 [[ -f $RUN_DIR/worker_config.yaml ]] || fail "src/train.py wrote no $RUN_DIR/worker_config.yaml"
 WORKER=("$PY" "${MODULE[@]}" "$RUN_DIR/worker_config.yaml")

@@ -188,6 +188,8 @@ class TrainConfig:
     resume: Optional[str] = None     # a checkpoint.pt (or its run directory) to continue from; `auto`: this
     #                                  run directory's checkpoint if there is one, else a fresh start
     resume_weights_only: bool = False  # with resume: a new run that starts from the checkpoint's weights only
+    resume_changes: list[str] = field(default_factory=list)  # identity keys (optimizer.lr, ...) a resume may
+    #                                  change; each change is recorded in the run's resumes.jsonl
     progress: bool = True            # progress bar on stderr on a TTY, else a status line every status_every_s
     status_every_s: float = 30.0     # seconds between status lines off a TTY (0: none)
 

@@ -48,3 +48,12 @@ class Interrupted(RunEnded):
     def __init__(self, message: str, status: int, step: int, checkpoint: str | None) -> None:
         super().__init__(message, status)
         self.step, self.checkpoint = step, checkpoint
+
+
+class AlreadyFinished(Exception):
+    """`trainer.resume` into a run directory whose run already finished (its checkpoint is at the last step
+    and `summary.json` exists): nothing to do, and nothing is changed; `summary` is the run's summary."""
+
+    def __init__(self, message: str, summary: dict) -> None:
+        super().__init__(message)
+        self.summary = summary

@@ -62,3 +62,47 @@ def test_cluster_script_usage_and_status_when_down(tmp_path):
     assert status.returncode == 1 and "not up" in status.stdout
     down = bash(str(SLURM / "cluster.sh"), "down", SSGD_SLURM_DIR=str(tmp_path / "none"))   # nothing to stop
     assert down.returncode == 0 and "stopped" not in down.stdout
+
+
+FAKE_PY = """#!/usr/bin/env bash
+# records its arguments and writes the worker config where hydra.run.dir says, like src/train.py mpi.launch=false
+printf '%s\\n' "$@" > "$SSGD_ARGS"
+for a in "$@"; do case $a in hydra.run.dir=*) mkdir -p "${a#*=}"; touch "${a#*=}/worker_config.yaml" ;; esac; done
+"""
+
+
+@pytest.mark.parametrize("overrides, resume", [((), "trainer.resume=auto"),
+                                               (("trainer.resume=/x/checkpoint.pt",), "trainer.resume=/x/checkpoint.pt")])
+def test_a_job_resumes_its_own_checkpoint_unless_told_otherwise(tmp_path, overrides, resume):
+    """A requeued job (same id, same run directory) must continue: prepare_run.sh passes trainer.resume=auto."""
+    py = tmp_path / "python"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    proc = bash("-c", f'source {SLURM / "prepare_run.sh"} "$@"', "prepare", *overrides, **JOB, SLURM_JOB_NODELIST="n1",
+                SSGD_PYTHON=str(py), SSGD_RUN_DIR=str(tmp_path / "run"), SSGD_ARGS=str(tmp_path / "args"),
+                SLURM_RESTART_COUNT="1")
+    assert proc.returncode == 0, proc.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert [a for a in args if a.startswith("trainer.resume=")] == [resume]
+    assert "restart 1: continuing from" in proc.stdout
+
+
+def test_a_requeued_job_is_accepted_into_its_own_run_directory(tmp_path):
+    """The real src/train.py: a run directory that holds a checkpoint (the first attempt's) takes the requeued
+    job's worker config (was: exit 2, "already holds a run")."""
+    run = tmp_path / "run"
+    first = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "src" / "train.py"),
+                            "trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "wandb.mode=disabled",
+                            "cluster.world_size=2", f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0 and (run / "checkpoint.pt").is_file(), first.stderr
+    proc = bash("-c", f'source {SLURM / "prepare_run.sh"} wandb.mode=disabled', **JOB, SLURM_JOB_NODELIST="n1",
+                SSGD_RUN_DIR=str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert (run / "worker_config.yaml").is_file()
+
+
+@pytest.mark.parametrize("script", SBATCH, ids=lambda p: p.name)
+def test_the_examples_ask_for_a_signal_before_the_kill_and_a_requeue(script):
+    text = script.read_text()
+    assert "#SBATCH --signal=" in text and "USR1@" in text and "#SBATCH --requeue" in text

@@ -6,8 +6,10 @@ training images) and `test_batch` (10,000), each a pickle of a dict with b"data"
 b"labels", N ints in [0, 10). They live in `data_dir/` itself or in torchvision's
 `data_dir/cifar-10-batches-py/`. The official test batch is the validation split.
 
-Unpickling runs whatever the file names, so read only batches you trust (as with torchvision's
-reader); numpy is touched only as the type pickle returns, converted at once with `torch.as_tensor`.
+The batches are read with a restricted unpickler (`BatchUnpickler`): only numpy's array
+reconstruction, its dtype and scalar, and the builtin types of the format may be named, so a file
+whose pickle names any other callable is refused with one line and nothing in it runs. numpy is
+touched only as the type pickle returns, converted at once with `torch.as_tensor`.
 """
 from __future__ import annotations
 
@@ -37,6 +39,28 @@ CIFAR10_STD = (0.247, 0.243, 0.262)
 UNPICKLE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError,
                    IndexError, KeyError, OverflowError)
 """What `pickle.load` raises on a truncated or foreign file."""
+ALLOWED_GLOBALS = frozenset({
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),   # protocol 5
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("_codecs", "encode"),                    # how protocol 2 writes bytes from Python 3
+    ("builtins", "bytes"), ("builtins", "bytearray"), ("builtins", "list"), ("builtins", "dict"),
+    ("builtins", "tuple"), ("builtins", "int"), ("builtins", "str"),
+    ("__builtin__", "list"), ("__builtin__", "dict"), ("__builtin__", "tuple"),
+})
+"""The only (module, name) pairs a CIFAR-10 batch may name: what numpy's arrays pickle as, and builtins."""
+
+
+class BatchUnpickler(pickle.Unpickler):
+    """`pickle.Unpickler` that resolves only `ALLOWED_GLOBALS`; any other global raises UnpicklingError
+    before it is imported, so a file whose pickle names code runs none of it."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"names {module}.{name}, which a CIFAR-10 batch never does; refused "
+                                         f"without running it")
+        return super().find_class(module, name)
 
 
 def normalize_cifar10(pixels: Tensor) -> Tensor:
@@ -55,7 +79,7 @@ def read_batch(path: str | os.PathLike[str]) -> tuple[Tensor, Tensor]:
     path = Path(path)
     try:
         with path.open("rb") as f:
-            batch = pickle.load(f, encoding="bytes")
+            batch = BatchUnpickler(f, encoding="bytes").load()
     except OSError as err:
         raise ConfigError(f"dataset=cifar10: cannot read '{path}' ({err.strerror})") from err
     except UNPICKLE_ERRORS as err:

@@ -3,12 +3,21 @@ wandb id) plus every rank's own state (residual, compressor RNG, dropout RNG, ba
 resumed run continues bitwise as if it had never stopped, and reports the same summary.
 
 A checkpoint also records what identifies its run (`identity`: scheme, density, seed, P, batch size,
-dataset); continuing it under another identity is refused with the mismatch named, unless
-`trainer.resume_weights_only=true` asks for a new run that starts from its weights only.
+dataset, optimizer class and hyper-parameters); continuing it under another identity is refused with the
+mismatch named, unless `trainer.resume_weights_only=true` asks for a new run that starts from its weights
+only, or `trainer.resume_changes=[key, ...]` allows those keys to change (each change is appended to the
+run's `resumes.jsonl`).
+
+Checkpoints are read with `torch.load(..., weights_only=True)`: tensors, numbers, strings and containers
+only, so a file whose pickle names code is refused instead of running it. A file missing what a resume
+needs is refused with one line too (`ConfigError`, exit 2), never a traceback.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +28,10 @@ from ssgd.errors import ConfigError
 
 FILENAME = "checkpoint.pt"
 AUTO = "auto"
+RESUMES = "resumes.jsonl"
+"""One JSON line per identity key a resume changed: step, key, old and new value."""
+SHARED_KEYS = {"params": list, "optimizer": dict, "epoch": int, "step": int, "P": int, "d": int}
+"""What the shared state of a checkpoint must hold, and of which type."""
 
 
 @dataclass(frozen=True)
@@ -32,13 +45,39 @@ class Resume:
     weights_only: bool = False
 
 
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors inside `obj` (nested dicts, lists, tuples): about what a checkpoint of it takes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
 def save_checkpoint(run_dir: Path, shared: dict, ranks: dict[int, dict], is_root: bool = True) -> Path:
-    """Write run_dir/checkpoint.pt atomically (temporary file + rename)."""
+    """Write run_dir/checkpoint.pt atomically (temporary file + rename). A write that fails (a full disk,
+    a quota) deletes its temporary file, keeps the previous checkpoint, and raises ConfigError naming the
+    path, the bytes the checkpoint needs and those free (exit status 2)."""
     path = Path(run_dir) / FILENAME
     if is_root:
         tmp = path.with_suffix(".pt.tmp")
-        torch.save({"shared": shared, "ranks": ranks}, tmp)
-        os.replace(tmp, path)
+        state = {"shared": shared, "ranks": ranks}
+        try:
+            with open(tmp, "wb") as f:             # a file object: torch then raises the OSError itself
+                torch.save(state, f)
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            try:
+                free = f"{shutil.disk_usage(path.parent).free:,} bytes free"
+            except OSError:
+                free = "free space unknown"
+            kept = "the previous checkpoint is kept" if path.exists() else "no earlier checkpoint"
+            raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err}): it needs about "
+                              f"{tensor_bytes(state):,} bytes, {free}; {kept} (free space, or set "
+                              "hydra.run.dir elsewhere and resume from it)") from err
     return path
 
 
@@ -59,33 +98,86 @@ def resume_path(resume: str | None, run_dir: Path) -> Path | None:
     return path
 
 
+def _unpickler_reason(err: BaseException) -> str:
+    """The one line of torch's error that says what was wrong (not its paragraph about weights_only)."""
+    text = str(err).strip()
+    if "WeightsUnpickler error:" in text:
+        rest = [line.strip() for line in text.split("WeightsUnpickler error:", 1)[1].splitlines() if line.strip()]
+        return rest[0] if rest else type(err).__name__
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _check_shape(state: Any) -> str | None:
+    """What is missing or mistyped in a loaded checkpoint, or None when it has what a resume needs."""
+    if not isinstance(state, dict) or not isinstance(state.get("shared"), dict) \
+            or not isinstance(state.get("ranks"), dict):
+        return "expected a dict with 'shared' and 'ranks' dicts"
+    shared = state["shared"]
+    for key, kind in SHARED_KEYS.items():
+        if not isinstance(shared.get(key), kind) or isinstance(shared.get(key), bool):
+            return f"shared state has no {kind.__name__} {key!r}"
+    if not all(isinstance(p, torch.Tensor) for p in shared["params"]):
+        return "shared 'params' holds something that is not a tensor"
+    if not all(isinstance(r, int) and isinstance(v, dict) for r, v in state["ranks"].items()):
+        return "'ranks' must map rank numbers to dicts"
+    return None
+
+
 def load_checkpoint(path: Path, local_ranks: list[int]) -> tuple[dict, dict[int, dict]]:
-    """Shared state and the states of `local_ranks` (those the file has); ConfigError if unreadable."""
+    """Shared state and the states of `local_ranks` (those the file has); ConfigError if unreadable, if
+    its pickle names anything but tensors, numbers, strings and containers (`weights_only=True`: nothing
+    in the file runs), or if it lacks what a resume needs."""
+    where = f"trainer.resume={str(path)!r}"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        shared, ranks = state["shared"], state["ranks"]
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # any unreadable file is the user's input problem
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"trainer.resume={str(path)!r}: not a checkpoint of this project ({first})") from err
+        named = re.search(r"GLOBAL (\S+)", str(err))
+        if named:
+            raise ConfigError(f"{where}: refused, its pickle names {named.group(1)}, not tensors, numbers, "
+                              "strings or containers (a checkpoint of this project never does; nothing "
+                              "in it was run)") from err
+        raise ConfigError(f"{where}: not a checkpoint of this project ({_unpickler_reason(err)})") from err
+    problem = _check_shape(state)
+    if problem:
+        raise ConfigError(f"{where}: not a checkpoint of this project ({problem})")
+    shared, ranks = state["shared"], state["ranks"]
     return shared, {r: ranks[r] for r in local_ranks if r in ranks}
 
 
 def _show(identity: dict[str, Any], keys: list[str]) -> str:
-    return ", ".join(f"{k}={identity[k]}" for k in keys)
+    return ", ".join(f"{k}={identity.get(k, '(unset)')}" for k in keys)
 
 
-def check_fits(shared: dict, path: Path, identity: dict[str, Any], d: int, weights_only: bool) -> None:
+def check_fits(shared: dict, path: Path, identity: dict[str, Any], d: int, weights_only: bool,
+               changes: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """ConfigError unless the checkpoint `shared` (read from `path`) can continue a run with `identity` and
     `d` parameters. Every key of the identity that differs is named; with `weights_only` only the model
-    (its number of parameters) must match."""
+    (its number of parameters) must match. Keys named in `changes` (`trainer.resume_changes`) may differ:
+    returns those changes as records {step, key, old, new} (for `record_changes`)."""
     if shared["d"] != d:
         raise ConfigError(f"trainer.resume={str(path)!r}: written for a model with {shared['d']} parameters; this "
                           f"run's model has {d} (another model or dataset)")
     if weights_only:
-        return
+        return []
+    unknown = [k for k in changes if k not in identity]
+    if unknown:
+        raise ConfigError(f"trainer.resume_changes={list(changes)}: {unknown[0]!r} is not a key of a run's identity; "
+                          f"allowed: {', '.join(sorted(identity))}")
     saved = {"cluster.world_size": shared["P"], **shared.get("identity", {})}
-    differ = [k for k in identity if k in saved and saved[k] != identity[k]]
-    if differ:
-        raise ConfigError(f"trainer.resume={str(path)!r}: written by a run with {_show(saved, differ)}; this run has "
-                          f"{_show(identity, differ)} (trainer.resume_weights_only=true starts a new run from its "
-                          "weights only)")
+    keys = [*identity, *(k for k in saved if k.startswith("optimizer.") and k not in identity)]
+    differ = [k for k in keys if k in saved and saved[k] != identity.get(k)]   # older checkpoints lack some keys
+    refused = [k for k in differ if k not in changes]
+    if refused:
+        hint = ("trainer.resume_changes=[" + ",".join(refused) + "] allows the change, "
+                "trainer.resume_weights_only=true starts a new run from its weights only")
+        raise ConfigError(f"trainer.resume={str(path)!r}: written by a run with {_show(saved, refused)}; this run "
+                          f"has {_show(identity, refused)} ({hint})")
+    return [{"step": shared["step"], "key": k, "old": saved.get(k), "new": identity.get(k)} for k in differ]
+
+
+def record_changes(run_dir: Path, changes: list[dict[str, Any]]) -> None:
+    """Append each allowed change of a resume to run_dir/resumes.jsonl (one JSON line each)."""
+    if changes:
+        with (Path(run_dir) / RESUMES).open("a") as f:
+            for change in changes:
+                f.write(json.dumps(change) + "\n")

@@ -5,6 +5,7 @@ signal only records the request: the trainer sees it at its next step boundary, 
 ends with status 143 (SIGTERM) or 130 (SIGINT). A second signal stops at once, without a checkpoint.
 SIGUSR1 and SIGUSR2 count as SIGTERM and SIGINT: `mpiexec` forwards those two to every rank, so the MPI
 launcher sends them in place of the signal it received (SLURM's `--signal=USR1@60` works the same way).
+SIGHUP (the terminal or ssh session is gone) stops like SIGTERM, with status 129.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from contextlib import contextmanager
 
 from ssgd.errors import Interrupted
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
-_MEANS = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT,
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_MEANS = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGHUP,
           signal.SIGUSR1: signal.SIGTERM, signal.SIGUSR2: signal.SIGINT}
 
 

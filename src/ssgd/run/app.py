@@ -33,7 +33,8 @@ from omegaconf import DictConfig  # noqa: E402
 
 import ssgd.config  # noqa: E402,F401  (registers the schema `base_config` in Hydra's ConfigStore)
 import ssgd.run.rundir  # noqa: E402,F401  (registers the run directory resolvers of conf/config.yaml)
-from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted, RunEnded  # noqa: E402
+from ssgd.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError,  # noqa: E402
+                         Interrupted, RunEnded)
 from ssgd.run.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
 from ssgd.loop.stop import exit_status  # noqa: E402
 from ssgd.run.startup import Phases, check_before_imports, print_profile, take_profile_flag  # noqa: E402
@@ -78,7 +79,7 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
 
         status = run_torch(cfg, run_dir)
         phases.mark("torch job")
-        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM)):
+        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM), exit_status(signal.SIGHUP)):
             raise Interrupted(f"backend=torch: interrupted; the ranks were stopped (exit status {status})", status,
                               step=-1, checkpoint=None)
         if status != 0:
@@ -88,7 +89,11 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
         return final_val_acc(json.loads(summary_path.read_text())) if summary_path.exists() else 0.0
     stop = StopRequest()
     with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
-        trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
+        try:
+            trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
+        except AlreadyFinished as done:         # resuming a finished run: say so, change nothing
+            log.info(str(done))
+            return final_val_acc(done.summary)
         phases.mark("build (data, model, world)")
         try:
             summary = trainer.fit()
@@ -132,6 +137,24 @@ def main(cfg: DictConfig) -> float | PointFailed:
         return record_failure(run_dir, EXIT_FAILED, line, traceback.format_exc())
 
 
+WANDB_MODES = ("disabled", "offline", "online")
+
+
+def honour_wandb_mode(argv: list[str], env: str | None) -> list[str]:
+    """The command line with `WANDB_MODE` honoured: unset or empty, `argv` unchanged; set, and no
+    `wandb.mode=` on the command line, `wandb.mode=<it>` appended (so `.hydra/config.yaml` records the mode
+    the run uses). ConfigError when WANDB_MODE is not a mode, or contradicts `wandb.mode` on the command line."""
+    if not env:
+        return argv
+    if env not in WANDB_MODES:
+        raise ConfigError(f"WANDB_MODE={env}: must be one of {', '.join(WANDB_MODES)} (or unset)")
+    given = [a.split("=", 1)[1] for a in argv if a.startswith(("wandb.mode=", "++wandb.mode="))]
+    if any(v != env for v in given):
+        raise ConfigError(f"WANDB_MODE={env} contradicts wandb.mode={given[-1]} on the command line: unset "
+                          "WANDB_MODE or drop the override")
+    return argv if given else [*argv, f"wandb.mode={env}"]
+
+
 def cli() -> None:
     """The console entry (`ssgd-train`, `python -m ssgd`, `python src/train.py`): Hydra's command line;
     composition errors and an early Ctrl-C become one line and their exit status."""
@@ -139,6 +162,11 @@ def cli() -> None:
     PHASES["run"] = Phases()
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"     # let composition errors reach us instead of Hydra's report
+    try:
+        sys.argv[1:] = honour_wandb_mode(sys.argv[1:], os.environ.get("WANDB_MODE"))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     try:
         main()
     except COMPOSITION_ERRORS as err:        # bad overrides or group files (ours exit inside main)

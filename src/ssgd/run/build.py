@@ -14,6 +14,7 @@ ValueError/TypeError with messages of the form `param=value: ...`; `built` prefi
 """
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ssgd.config import (Config, TrainConfig, WandbMode, built, check_all_target
 from ssgd.data.base import DataSpec, TensorData
 from ssgd.data.loader import steps_per_epoch
 from ssgd.data.probe import probe
-from ssgd.errors import ConfigError
+from ssgd.errors import AlreadyFinished, ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.loop.schedule import LRSchedule
@@ -185,12 +186,18 @@ def parameter_count(cfg: DictConfig, data_spec: DataSpec) -> int | None:
 
 
 # -- the run's objects -----------------------------------------------------------------------------
-def identity(c: Config, data: TensorData) -> dict:
-    """What a checkpoint must share with the run that continues it (`ssgd.loop.checkpoint.check_fits`)."""
-    return {"compressor": c.compressor.name, "compressor.density": c.compressor.density,
-            "compressor.density_warmup": list(c.compressor.density_warmup), "seed": c.seed,
-            "cluster.world_size": c.cluster.world_size, "trainer.batch_size": c.trainer.batch_size,
-            "dataset": data.spec.name}
+def identity(c: Config, data: TensorData, optimizer: DictConfig | None = None) -> dict:
+    """What a checkpoint must share with the run that continues it (`ssgd.loop.checkpoint.check_fits`):
+    the scheme, seed, P, batch size, dataset, and the optimizer's class and hyper-parameters."""
+    ident = {"compressor": c.compressor.name, "compressor.density": c.compressor.density,
+             "compressor.density_warmup": list(c.compressor.density_warmup), "seed": c.seed,
+             "cluster.world_size": c.cluster.world_size, "trainer.batch_size": c.trainer.batch_size,
+             "dataset": data.spec.name}
+    if optimizer is not None:
+        plain = to_plain(optimizer)
+        ident["optimizer"] = plain.get("_target_")
+        ident.update({f"optimizer.{k}": v for k, v in sorted(plain.items()) if not k.startswith("_")})
+    return ident
 
 
 def resume_state(t: TrainConfig, run_dir: Path, world: World, d: int, ident: dict) -> checkpoint.Resume | None:
@@ -199,8 +206,25 @@ def resume_state(t: TrainConfig, run_dir: Path, world: World, d: int, ident: dic
     if path is None:
         return None
     shared, ranks = checkpoint.load_checkpoint(path, world.local_ranks)
-    checkpoint.check_fits(shared, path, ident, d, t.resume_weights_only)
+    changes = checkpoint.check_fits(shared, path, ident, d, t.resume_weights_only, list(t.resume_changes))
+    if world.is_root:
+        checkpoint.record_changes(run_dir, changes)
     return checkpoint.Resume(path, shared, ranks, t.resume_weights_only)
+
+
+def finished(resume: checkpoint.Resume | None, run_dir: Path, total_steps: int) -> None:
+    """AlreadyFinished when `resume` continues the run in `run_dir` from a checkpoint at or past its last
+    step and that run wrote its summary: resuming it would only rewrite the summary's wall-clock time."""
+    if resume is None or resume.weights_only or resume.path.parent.resolve() != Path(run_dir).resolve():
+        return
+    summary_path = Path(run_dir) / "summary.json"
+    if resume.shared["step"] >= total_steps and summary_path.is_file():
+        try:
+            summary = json.loads(summary_path.read_text())
+        except (OSError, ValueError):
+            return                      # an unreadable summary: finishing again rewrites it
+        raise AlreadyFinished(f"{run_dir}: this run already finished at step {resume.shared['step']} (summary.json); "
+                              "nothing to do, nothing changed", summary)
 
 
 def metric_writer(s: RunSpec, run_dir: Path, world: World, resume: checkpoint.Resume | None) -> MetricWriter:
@@ -232,14 +256,16 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
     mdl = model(s.cfg, data, c.seed)
     labels = {"compressor": c.compressor.name, "cluster": c.cluster.name, "model": s.cfg.model._target_,
               "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
-    ident = identity(c, data)
+    ident = identity(c, data, s.cfg.optimizer)
     d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
     built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
-    steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
+    spe = steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
+    total = c.trainer.epochs * spe if c.trainer.max_steps is None else min(c.trainer.max_steps, c.trainer.epochs * spe)
     own = world is None                # a world the caller passed is the caller's to close
     world = world or ThreadWorld(s.world_size, c.threads)
     try:
         resume = resume_state(c.trainer, run_dir, world, d, ident)
+        finished(resume, run_dir, total)
         writer = metric_writer(s, run_dir, world, resume)
     except BaseException:
         if own:

@@ -13,8 +13,20 @@ from omegaconf.errors import OmegaConfBaseException
 COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException)
 
 
+QUOTING_HINT = ("Hydra's override grammar refused a character (; = , [ ] { } ( ) ' \" or a space): quote the "
+                "value inside the shell quotes, e.g. 'hydra.run.dir=\"out/a;b\"'")
+
+
 def one_line_error(err: BaseException) -> str:
-    """One line naming the override or config file at fault and what is allowed."""
+    """One line naming the override or config file at fault and what is allowed; an override Hydra's lexer
+    cannot read gets the quoting hint (`QUOTING_HINT`)."""
+    line = _one_line(err)
+    if "LexerNoViableAltException" in line or "mismatched input" in line or "no viable alternative" in line:
+        return f"{line} ({QUOTING_HINT})"
+    return line
+
+
+def _one_line(err: BaseException) -> str:
     text = str(err).strip()
     if isinstance(err, MissingConfigException):
         missing = re.search(r"Could not find '([^']+)/([^'/]+)'", text)

@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from ssgd.config import to_plain
 from ssgd.errors import ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status, meaning
+from ssgd.run.orphans import die_with_parent_preexec
 
 WORKER_CONFIG = "worker_config.yaml"
 ENDED_ENV = "SSGD_ENDED_FILE"          # where the ranks report how the job ended (set by `launch`)
@@ -150,8 +151,9 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     ended.unlink(missing_ok=True)                      # an earlier attempt's report in this directory
     env = {**worker_env(local=not cfg.cluster.get("hostfile")), ENDED_ENV: str(ended)}
     # its own process group: a Ctrl-C at the terminal reaches this launcher only, which forwards it
+    # and SIGTERM when this launcher dies however it dies (it then stops its ranks; ssgd.run.orphans)
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            errors="replace", process_group=0)
+                            errors="replace", process_group=0, preexec_fn=die_with_parent_preexec(signal.SIGTERM))
     relay = OpenMPIFilter(sys.stderr)
     reader = threading.Thread(target=relay.copy, args=(proc.stderr,), daemon=True)
     reader.start()
@@ -162,7 +164,8 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     reported = read_ended(ended)
     if stopper.signum is not None:
         name, P = meaning(stopper.signum).name, cfg.cluster.world_size
-        line = reported[1] if reported and reported[0] == exit_status(stopper.signum) else \
+        asked = (exit_status(stopper.signum), exit_status(JobStopper.FORWARD[signal.Signals(stopper.signum)]))
+        line = reported[1] if reported and reported[0] in asked else \
             f"interrupted by {name}: stopped mpiexec and its {P} ranks before they reached a step boundary; no " \
             "checkpoint was written"
         raise Interrupted(line, exit_status(stopper.signum), step=-1, checkpoint=None)
@@ -197,7 +200,7 @@ class JobStopper:
     """Waits for mpiexec; the first SIGTERM/SIGINT is forwarded to the ranks as SIGUSR1/SIGUSR2 (they
     checkpoint and exit), a second one or STOP_GRACE_S later mpiexec is stopped (it kills its ranks)."""
 
-    FORWARD = {signal.SIGTERM: signal.SIGUSR1, signal.SIGINT: signal.SIGUSR2}
+    FORWARD = {signal.SIGTERM: signal.SIGUSR1, signal.SIGINT: signal.SIGUSR2, signal.SIGHUP: signal.SIGUSR1}
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc

@@ -170,12 +170,12 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     base = worker_env(local=True)
     remote = host_ranks(cfg, base, config_path, port)
     procs: list[subprocess.Popen] = []
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminated)   # stop the ranks too, not only this process
+    try:       # SIGTERM, SIGHUP: stop the ranks too, not only this process
+        previous = {s: signal.signal(s, _terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
     except ValueError:                                          # not the main thread: leave signals alone
-        previous = None
+        previous = {}
     try:
-        for r in range(P):
+        for r in range(P):      # each rank watches its parent and stops if it dies (ssgd.run.orphans)
             if remote is not None:
                 procs.append(subprocess.Popen(remote[r], env=base))
             else:
@@ -184,20 +184,24 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     except KeyboardInterrupt:
         stop(procs)
         return 130
-    except Terminated:
+    except Terminated as signalled:
         stop(procs)
-        return 143
+        return 128 + signalled.signum
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 class Terminated(Exception):
-    """The launcher received SIGTERM."""
+    """The launcher received SIGTERM or SIGHUP (`signum`)."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
 
 
 def _terminated(signum: int, frame: object) -> None:
-    raise Terminated()
+    raise Terminated(signum)
 
 
 def print_commands(cfg: DictConfig, run_dir: Path) -> None:

@@ -120,7 +120,9 @@ def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
     `MPIWorld`; `ssgd.run.worker_torch` passes a TorchWorld). A rank that ends alone (an exception) ends the
     job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
     from ssgd.loop.stop import StopRequest
+    from ssgd.run.orphans import watch_parent
 
+    watch_parent()                            # the launcher died (kill -9, SIGHUP, OOM): stop, never orphan
     stop = StopRequest()
     with stop.installed():                    # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
         return _main(argv, stop, make_world)
@@ -129,7 +131,7 @@ def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
 def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
     from ssgd.run import build
     from ssgd import config
-    from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, ConfigError, Interrupted
+    from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError, Interrupted
     from ssgd.run.report import diverged, report
     from ssgd.utils.logs import setup_rank
 
@@ -154,6 +156,10 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
                               f"start it with {world.start_hint(cfg.cluster.world_size)} or set cluster.world_size={world.size}")
         cfg = world.prepare(cfg)        # this rank's device (one GPU per rank); torch.distributed: join the group
         trainer, writer, _ = build.trainer(cfg, run_dir, world, stop=stop)
+    except AlreadyFinished as err:            # every rank reads the same files: all return here
+        if world.is_root:
+            log.info(str(err))
+        return 0
     except (ConfigError, Interrupted) as err:
         problem = (err.status if isinstance(err, Interrupted) else EXIT_BAD_INPUT, str(err))
     except Exception as err:

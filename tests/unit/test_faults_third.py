@@ -1,0 +1,190 @@
+"""The third fault matrix (docs/faults.md, "Third matrix"): nothing runs from a file, and a resume
+never silently changes what a run claims (optimizer identity, `trainer.resume_changes`)."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_cfg
+from ssgd.data.cifar10 import read_batch
+from ssgd.errors import ConfigError
+from ssgd.loop.checkpoint import FILENAME, RESUMES
+from ssgd.run import build
+
+
+class Payload:
+    """Unpickling this calls os.system: it must never run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def fit(run_dir: Path, *overrides: str) -> dict:
+    trainer, writer, world = build.trainer(make_cfg(*overrides), run_dir)
+    try:
+        return trainer.fit()
+    finally:
+        world.close()
+        writer.close()
+
+
+def start(run_dir: Path, *overrides: str):
+    trainer, writer, world = build.trainer(make_cfg(*overrides), run_dir)
+    world.close()
+    writer.close()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("ckpt") / "a"
+    fit(run, "trainer.max_steps=2", "trainer.checkpoint_every_steps=2")
+    return run / FILENAME
+
+
+def test_a_checkpoint_whose_pickle_carries_code_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "ran"
+    torch.save({"shared": {"params": [Payload(marker)]}, "ranks": {}}, tmp_path / "evil.pt")
+    with pytest.raises(ConfigError, match=r"evil.pt': refused, its pickle names posix.system, not .*nothing in it was run"):
+        build.trainer(make_cfg(f"trainer.resume={tmp_path / 'evil.pt'}"), tmp_path / "b")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("state, problem", [
+    ({"shared": {}, "ranks": {}}, "shared state has no list 'params'"),
+    ([1, 2], "expected a dict with 'shared' and 'ranks' dicts"),
+    ({"shared": {"params": [1], "optimizer": {}, "epoch": 0, "step": 0, "P": 1, "d": 1}, "ranks": {}},
+     "shared 'params' holds something that is not a tensor"),
+])
+def test_a_checkpoint_missing_what_it_needs_is_one_line(tmp_path, state, problem):
+    torch.save(state, tmp_path / "thin.pt")
+    with pytest.raises(ConfigError) as err:
+        build.trainer(make_cfg(f"trainer.resume={tmp_path / 'thin.pt'}"), tmp_path / "b")
+    assert str(err.value) == f"trainer.resume={str(tmp_path / 'thin.pt')!r}: not a checkpoint of this project ({problem})"
+
+
+def test_a_real_checkpoint_loads_with_weights_only(ckpt):
+    state = torch.load(ckpt, weights_only=True)        # the oracle: torch's own safe loader accepts it
+    assert set(state) == {"shared", "ranks"} and state["shared"]["step"] == 2
+
+
+def test_a_cifar10_batch_whose_pickle_carries_code_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "data_batch_1").write_bytes(pickle.dumps({b"data": Payload(marker), b"labels": [0]}))
+    with pytest.raises(ConfigError, match=r"is not a CIFAR-10 python batch .*names posix.system"):
+        read_batch(tmp_path / "data_batch_1")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_a_cifar10_batch_of_any_protocol_still_loads(tmp_path, protocol):
+    data = np.arange(2 * 3072, dtype=np.int64).astype(np.uint8).reshape(2, 3072)
+    (tmp_path / "b").write_bytes(pickle.dumps({b"data": data, b"labels": [3, 9], b"filenames": [b"x", b"y"]},
+                                              protocol=protocol))
+    x, y = read_batch(tmp_path / "b")
+    assert torch.equal(x.reshape(2, -1), torch.from_numpy(data)) and y.tolist() == [3, 9]
+
+
+def test_resuming_with_another_optimizer_is_refused_naming_both(tmp_path, ckpt):
+    with pytest.raises(ConfigError) as err:
+        start(tmp_path / "b", "optimizer=adam", f"trainer.resume={ckpt}")
+    assert "written by a run with optimizer=torch.optim.SGD" in str(err.value)
+    assert "this run has optimizer=torch.optim.Adam" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        start(tmp_path / "c", "optimizer.lr=0.05", f"trainer.resume={ckpt}")
+    assert "written by a run with optimizer.lr=0.1; this run has optimizer.lr=0.05" in str(err.value)
+    assert "trainer.resume_changes=[optimizer.lr] allows the change" in str(err.value)
+
+
+def test_an_allowed_change_is_recorded_in_the_run(tmp_path, ckpt):
+    run = tmp_path / "a"
+    fit(run, "trainer.max_steps=2", "trainer.checkpoint_every_steps=2")
+    trainer = start(run, "optimizer.lr=0.05", "trainer.resume=auto", "trainer.resume_changes=[optimizer.lr]")
+    assert trainer.step_count == 2
+    rows = [json.loads(line) for line in (run / RESUMES).read_text().splitlines()]
+    assert rows == [{"step": 2, "key": "optimizer.lr", "old": 0.1, "new": 0.05}]
+    with pytest.raises(ConfigError, match=r"trainer.resume_changes=\['optimizer.lrr'\]: 'optimizer.lrr' is not"):
+        start(run, "trainer.resume=auto", "trainer.resume_changes=[optimizer.lrr]")
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_previous_one(tmp_path):
+    """The kernel's own ENOSPC: the temporary file is /dev/full (every write fails with 'No space left')."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    run = tmp_path / "a"
+    fit(run, "trainer.max_steps=2", "trainer.checkpoint_every_steps=2")
+    before = (run / FILENAME).read_bytes()
+    (run / "checkpoint.pt.tmp").symlink_to("/dev/full")
+    with pytest.raises(ConfigError) as err:
+        fit(run, "trainer.max_steps=4", "trainer.checkpoint_every_steps=2", "trainer.resume=auto")
+    line = str(err.value)
+    assert line.startswith(f"{run / FILENAME}: cannot write the checkpoint (No space left on device): it needs "
+                           "about ") and "the previous checkpoint is kept" in line and "\n" not in line
+    assert not (run / "checkpoint.pt.tmp").exists() and not (run / "checkpoint.pt.tmp").is_symlink()
+    assert (run / FILENAME).read_bytes() == before
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def train(*argv: str, **env: str):
+    import subprocess
+    import sys
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), *argv], cwd=ROOT, env={**clean, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_wandb_mode_from_the_environment_is_honoured_or_refused():
+    from ssgd.run.app import honour_wandb_mode
+    assert honour_wandb_mode(["seed=2"], None) == ["seed=2"]
+    assert honour_wandb_mode(["seed=2"], "disabled") == ["seed=2", "wandb.mode=disabled"]
+    assert honour_wandb_mode(["wandb.mode=online"], "online") == ["wandb.mode=online"]
+    with pytest.raises(ConfigError, match="WANDB_MODE=online contradicts wandb.mode=offline on the command line"):
+        honour_wandb_mode(["wandb.mode=offline"], "online")
+    with pytest.raises(ConfigError, match="WANDB_MODE=bogus: must be one of disabled, offline, online"):
+        honour_wandb_mode([], "bogus")
+
+
+def test_wandb_mode_disabled_in_the_environment_writes_no_wandb_run(tmp_path):
+    run = tmp_path / "run"
+    proc = train("trainer.max_steps=1", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert proc.returncode == 0, proc.stderr
+    assert not (run / "wandb").exists()
+    assert "mode: disabled" in (run / ".hydra" / "config.yaml").read_text()   # the record says what ran
+    refused = train("wandb.mode=offline", f"hydra.run.dir={tmp_path / 'b'}", WANDB_MODE="online")
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_lexer_error_carries_the_quoting_hint(tmp_path):
+    proc = train(f"hydra.run.dir={tmp_path}/a;touch {tmp_path}/x")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "LexerNoViableAltException" in proc.stderr and "quote the value inside the shell quotes" in proc.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "a").exists()
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path):
+    run = tmp_path / "run"
+    first = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", f"hydra.run.dir={run}",
+                  WANDB_MODE="disabled")
+    assert first.returncode == 0, first.stderr
+    files = ("summary.json", "metrics.jsonl", FILENAME)
+    before = {name: (run / name).read_bytes() for name in files}
+    again = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
+                  f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert again.returncode == 0, again.stderr
+    assert "this run already finished at step 2 (summary.json); nothing to do, nothing changed" in again.stdout + again.stderr
+    assert {name: (run / name).read_bytes() for name in files} == before
+    longer = train("trainer.max_steps=3", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
+                   f"hydra.run.dir={run}", WANDB_MODE="disabled")      # extending it is still a resume
+    assert longer.returncode == 0 and json.loads((run / "summary.json").read_text())["steps"] == 3
