@@ -34,6 +34,12 @@ def test_submitit_local_sweep_writes_both_runs(tmp_path):
         assert (summary["steps"], summary["world_size"]) == (3, 4), summary
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert rows and rows[-1]["step"] == 3
+    # the sweep's table (one row per point, the swept key as a column) and overlay, named in the last line
+    rows = (sweep / "sweep_summary.csv").read_text().splitlines()
+    assert rows[0].startswith("point,compressor,") and sorted(r.split(",")[1] for r in rows[1:]) == ["gtopk", "topk"]
+    assert (sweep / "sweep_overlay.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"sweep report: {sweep / 'sweep_summary.csv'}" in proc.stdout.splitlines()[-1]
+    assert all((d / "report.png").read_bytes()[:4] == b"\x89PNG" for d in runs.values())
     # each run ran in its own submitit job (not in the sweeping process): one result and log per job
     results = sorted((sweep / ".submitit").glob("*/*_result.pkl"))
     assert len(results) == 2, sorted((sweep / ".submitit").rglob("*"))
