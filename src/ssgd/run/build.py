@@ -121,9 +121,28 @@ def optimizer_factory(cfg: DictConfig) -> OptimizerFactory:
 
     Called once here on a throwaway parameter, so torch's own argument checks run before training."""
     learning_rate(cfg)
+    check_numbers(cfg.optimizer, "optimizer")
     make = built("optimizer", lambda: instantiate(cfg.optimizer), cfg.optimizer)
     built("optimizer", lambda: make([torch.nn.Parameter(torch.zeros(1))]), cfg.optimizer)
     return make
+
+
+def check_numbers(node: DictConfig, key: str) -> None:
+    """ConfigError naming `key.<name>` where a setting whose default in the target's signature is a number
+    (e.g. torch.optim.SGD's momentum) holds something that is not a number, before the target's own check
+    fails with a message that names no key."""
+    import inspect
+
+    target = locate(str(node._target_), key)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return
+    for name, value in OmegaConf.to_container(node, resolve=True).items():
+        default = params[name].default if name in params else None
+        numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{key}.{name}={value}: must be a number (the default of {node._target_} is {default})")
 
 
 def dataset(cfg: DictConfig) -> TensorData:
