@@ -228,7 +228,8 @@ case ${1:-} in
     up|down|status)
         mkdir -p "$DIR"; chmod 755 "$DIR"
         exec 9>"$DIR/lock"; flock -w 120 9 || die "another cluster.sh holds $DIR/lock"
-        "cmd_$1" ;;
+        # status answers with its exit status (1: not up), which is no error of this script
+        if [[ $1 == status ]]; then cmd_status || exit 1; else "cmd_$1"; fi ;;
     env) echo "export SLURM_CONF=$CONF" ;;
     *) echo "usage: $0 up|down|status|env   (private directory: SSGD_SLURM_DIR=$DIR)" >&2; exit 2 ;;
 esac

@@ -34,6 +34,9 @@ def test_run_writes_metrics_summary_config_and_offline_wandb(tmp_path):
     assert list((out / "wandb").glob("offline-run-*")), "wandb offline run directory missing"
     log = (out / "train.log").read_text()              # every line of the run goes through logging
     assert "final val accuracy" in log and "epoch 1: val/loss=" in log and f"outputs: {out}" in log
+    # the run ends with a line naming its figure (docs/running.md#looking-at-results)
+    assert proc.stdout.strip().splitlines()[-1].startswith(f"  report: {out / 'report.png'}"), proc.stdout[-500:]
+    assert (out / "report.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # One case per kind of failure, end to end (every bad value is checked in-process: tests/unit/test_schema.py):

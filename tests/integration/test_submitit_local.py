@@ -16,14 +16,17 @@ pytestmark = pytest.mark.slow
 
 
 def test_submitit_local_sweep_writes_both_runs(tmp_path):
-    sweep = tmp_path / "sweep"
+    """The default hydra.sweep.dir (no override): both job processes write into the one sweep folder."""
     env = {**os.environ, "WANDB_SILENT": "true",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m", "hydra/launcher=submitit_local",
-                           "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}", "compressor=topk,gtopk",
+                           "hydra.launcher.timeout_min=5", "compressor=topk,gtopk",
                            "trainer.max_steps=3", "wandb.mode=disabled", "trainer.progress=false"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    sweeps = sorted((tmp_path / "multirun").glob("*/*"))
+    assert len(sweeps) == 1, sweeps        # one sweep folder, not one per job process
+    sweep = sweeps[0]
     runs = {json.loads(p.read_text())["compressor"]: p.parent for p in sweep.glob("*/summary.json")}
     assert sorted(runs) == ["gtopk", "topk"], sorted(sweep.iterdir())
     for compressor, run_dir in runs.items():
@@ -31,6 +34,12 @@ def test_submitit_local_sweep_writes_both_runs(tmp_path):
         assert (summary["steps"], summary["world_size"]) == (3, 4), summary
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert rows and rows[-1]["step"] == 3
+    # the sweep's table (one row per point, the swept key as a column) and overlay, named in the last line
+    rows = (sweep / "sweep_summary.csv").read_text().splitlines()
+    assert rows[0].startswith("point,compressor,") and sorted(r.split(",")[1] for r in rows[1:]) == ["gtopk", "topk"]
+    assert (sweep / "sweep_overlay.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"sweep report: {sweep / 'sweep_summary.csv'}" in proc.stdout.splitlines()[-1]
+    assert all((d / "report.png").read_bytes()[:4] == b"\x89PNG" for d in runs.values())
     # each run ran in its own submitit job (not in the sweeping process): one result and log per job
     results = sorted((sweep / ".submitit").glob("*/*_result.pkl"))
     assert len(results) == 2, sorted((sweep / ".submitit").rglob("*"))

@@ -88,6 +88,7 @@ def test_optuna_study_maximizes_the_returned_val_acc(tmp_path):
                           capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**os.environ, "WANDB_SILENT": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "alembic" not in proc.stdout + proc.stderr        # no `setup plugin` INFO lines (hydra_logging: ssgd)
     trials = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
     assert len(trials) == 3
     found = []

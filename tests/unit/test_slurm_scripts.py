@@ -60,6 +60,7 @@ def test_cluster_script_usage_and_status_when_down(tmp_path):
     assert env.stdout.strip() == f"export SLURM_CONF={tmp_path}/slurm.conf"
     status = bash(str(SLURM / "cluster.sh"), "status", SSGD_SLURM_DIR=str(tmp_path / "none"))
     assert status.returncode == 1 and "not up" in status.stdout
+    assert "error" not in status.stderr, status.stderr     # "not up" is the answer, not a failure of the script
     down = bash(str(SLURM / "cluster.sh"), "down", SSGD_SLURM_DIR=str(tmp_path / "none"))   # nothing to stop
     assert down.returncode == 0 and "stopped" not in down.stdout
 

@@ -83,3 +83,24 @@ def test_final_values_do_not_overwrite_the_defined_summaries():
     out = wandb_run.final_summary({"val/acc": 0.9, "val/ppl": 80.0, "steps": 3, "throughput_model": 1.0})
     assert out == {"final/val/acc": 0.9, "final/val/ppl": 80.0, "steps": 3, "throughput_model": 1.0}
 
+
+
+def test_an_offline_run_leaves_a_readable_config_and_summary(tmp_path, monkeypatch):
+    """Real wandb, offline: after close, files/config.yaml and files/wandb-summary.json hold what was logged."""
+    import json as _json
+
+    import yaml
+
+    from ssgd.utils.metrics import MetricWriter
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    writer = MetricWriter(tmp_path, wandb_mode="offline", config={"lr": 0.1, "cfg": {"seed": 3}})
+    writer.log({"step": 1, "val/acc": 0.5})
+    writer.log({"step": 2, "val/acc": 0.25})
+    writer.summary({"val/acc": 0.25, "steps": 2})
+    writer.close()
+    (files,) = list((tmp_path / "wandb").glob("offline-run-*/files"))
+    config = yaml.safe_load((files / "config.yaml").read_text())
+    assert config["lr"] == {"value": 0.1} and config["cfg"] == {"value": {"seed": 3}}
+    summary = _json.loads((files / "wandb-summary.json").read_text())
+    assert summary["val/acc"] == {"max": 0.5} and summary["final/val/acc"] == 0.25 and summary["steps"] == 2

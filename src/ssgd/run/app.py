@@ -73,6 +73,7 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
             return 0.0
         launch(cfg, run_dir)
         phases.mark("mpi job")
+        log_figure(run_dir)
         return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
     if spec.config.backend is Backend.torch:     # P local torch.distributed ranks (ssgd.run.launch_torch)
         from ssgd.run.launch_torch import run as run_torch
@@ -86,6 +87,8 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
             raise RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)",
                            status)
         summary_path = run_dir / "summary.json"   # absent when dist.launch=false only printed the commands
+        if summary_path.exists():
+            log_figure(run_dir)
         return final_val_acc(json.loads(summary_path.read_text())) if summary_path.exists() else 0.0
     stop = StopRequest()
     with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
@@ -103,9 +106,21 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
             writer.close()
     log.info(report(summary))
     log.info(f"  outputs: {run_dir}")
+    log_figure(run_dir)
     if diverged(summary):
         raise RunEnded(diverged(summary), EXIT_DIVERGED)
     return final_val_acc(summary)
+
+
+def log_figure(run_dir: Path) -> None:
+    """Write the run's figure (ssgd.utils.summarize.run_figure) and name it in the run's last log line; a
+    figure that cannot be drawn costs one warning line, never the run's results."""
+    from ssgd.utils.summarize import run_figure
+
+    try:
+        log.info(f"  report: {run_figure(run_dir)}  (python -m ssgd.report {run_dir} draws it again)")
+    except Exception as err:  # noqa: BLE001 -- the run's results are written; the figure is an extra
+        log.warning(f"  report: no figure drawn ({type(err).__name__}: {err})")
 
 
 def final_val_acc(summary: dict) -> float:

@@ -74,7 +74,16 @@ def spec(cfg: DictConfig) -> RunSpec:
     make_optimizer = optimizer_factory(cfg)
     return RunSpec(cfg=cfg, config=config, network=AlphaBeta(alpha=net.alpha, beta=net.beta),
                    scheme=scheme(cfg, config.seed), schedule=lr_schedule(cfg, P), make_optimizer=make_optimizer,
-                   device=device(config.device))
+                   device=device(config.device, present=not prints_only(config)))
+
+
+def prints_only(config: Config) -> bool:
+    """Whether this run only writes the worker config and prints the commands that start its ranks
+    (`mpi.launch=false` under backend=mpi, `dist.launch=false` under backend=torch): such a run prepares a
+    job for other machines (e.g. GPU nodes, from a CPU login node), so it needs neither their device nor
+    their number of cores."""
+    backend = str(getattr(config.backend, "value", config.backend))
+    return (backend == "mpi" and not config.mpi.launch) or (backend == "torch" and not config.dist.launch)
 
 
 def network(cfg: DictConfig) -> AlphaBeta:
@@ -102,24 +111,45 @@ def optimizer_factory(cfg: DictConfig) -> OptimizerFactory:
 
     Called once here on a throwaway parameter, so torch's own argument checks run before training."""
     learning_rate(cfg)
+    check_numbers(cfg.optimizer, "optimizer")
     make = built("optimizer", lambda: instantiate(cfg.optimizer), cfg.optimizer)
     built("optimizer", lambda: make([torch.nn.Parameter(torch.zeros(1))]), cfg.optimizer)
     return make
+
+
+def check_numbers(node: DictConfig, key: str) -> None:
+    """ConfigError naming `key.<name>` where a setting whose default in the target's signature is a number
+    (e.g. torch.optim.SGD's momentum) holds something that is not a number, before the target's own check
+    fails with a message that names no key."""
+    import inspect
+
+    target = locate(str(node._target_), key)
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return
+    for name, value in OmegaConf.to_container(node, resolve=True).items():
+        default = params[name].default if name in params else None
+        numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if numeric and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{key}.{name}={value}: must be a number (the default of {node._target_} is {default})")
 
 
 def dataset(cfg: DictConfig) -> TensorData:
     return built("dataset", lambda: instantiate(cfg.dataset), cfg.dataset)
 
 
-def device(name: str) -> torch.device:
-    """`device`: cpu (default; the bitwise guarantees are measured there), cuda or cuda:N."""
+def device(name: str, present: bool = True) -> torch.device:
+    """`device`: cpu (default; the bitwise guarantees are measured there), cuda or cuda:N. With `present`
+    a CUDA device must exist here; without (a run that only prints commands, `prints_only`) only the
+    name is checked."""
     try:
         dev = torch.device(name)
     except (RuntimeError, TypeError):
         raise ConfigError(f"device={name!r}: must be cpu, cuda or cuda:N") from None
     if dev.type not in ("cpu", "cuda"):
         raise ConfigError(f"device={name!r}: must be cpu, cuda or cuda:N")
-    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+    if present and dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
         raise ConfigError(f"device={name!r}: no such CUDA device here (torch.cuda.is_available() is "
                           f"{torch.cuda.is_available()}); use device=cpu")
     return dev
@@ -153,7 +183,7 @@ def preflight(s: RunSpec) -> None:
     need = None if d is None or s.device.type != "cpu" else \
         footprint.needed_bytes(d, s.world_size, c.backend.value, bool(c.cluster.hostfile))
     have = footprint.available_bytes()
-    if need is not None and have is not None and need[0] > have:
+    if need is not None and have is not None and need[0] > have and not prints_only(c):   # ranks run elsewhere
         hint = "or run backend=mpi over several hosts (cluster.hostfile)" if c.backend.value == "thread" else \
             "or use backend=thread (the ranks share one model) or a cluster.hostfile"
         raise ConfigError(f"cluster.world_size={s.world_size}: needs about {need[0] / 1e9:.1f} GB for {need[1]}, but "

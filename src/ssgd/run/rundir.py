@@ -6,10 +6,17 @@ folders are named after their overrides (`${ssgd_dirname:${hydra.job.override_di
 a file name). `RunDirectory`, a Hydra callback registered in conf/config.yaml, checks the directory
 before Hydra writes anything into it: it must be writable, and empty (Hydra's own `.hydra/` aside)
 unless the run resumes into it (`trainer.resume=auto`, or a checkpoint inside it).
+
+A sweep lands in one folder whichever launcher runs its points: the default `hydra.sweep.dir` is
+`${ssgd_sweep_dir:...}`, and `RunDirectory.on_multirun_start` puts the sweeping process's resolved folder
+in the environment (`SWEEP_DIR_ENV`), which every job process inherits (submitit_local's subprocesses,
+submitit_slurm's sbatch jobs, which export the submitting environment); a job process that composes the
+sweep config again then gets that folder, not one with its own time and suffix.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import secrets
 import sys
@@ -25,6 +32,7 @@ from ssgd.errors import EXIT_BAD_INPUT, ConfigError
 _SUFFIX = secrets.token_hex(3)       # one per process, so every node that asks in one run gets the same
 HYDRA_SUBDIR = ".hydra"              # Hydra's record of the composed config, rewritten at every start
 MAX_NAME = 120
+SWEEP_DIR_ENV = "SSGD_SWEEP_DIR"     # the sweep folder, set by the sweeping process for its job processes
 
 
 def unique() -> str:
@@ -41,7 +49,13 @@ def dirname(overrides: str) -> str:
     return safe
 
 
+def sweep_dir(default: str) -> str:
+    """The sweep folder of the sweep this process belongs to (`SWEEP_DIR_ENV`), else `default`."""
+    return os.environ.get(SWEEP_DIR_ENV) or str(default)
+
+
 OmegaConf.register_new_resolver("ssgd_unique", unique, replace=True)
+OmegaConf.register_new_resolver("ssgd_sweep_dir", sweep_dir, replace=True)
 OmegaConf.register_new_resolver("ssgd_dirname", dirname, replace=True)
 
 
@@ -103,3 +117,10 @@ class RunDirectory(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check(config, "hydra.sweep.dir")
+        self._set_env = SWEEP_DIR_ENV not in os.environ
+        if self._set_env:
+            os.environ[SWEEP_DIR_ENV] = str(Path(str(config.hydra.sweep.dir)).resolve())
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if getattr(self, "_set_env", False):
+            os.environ.pop(SWEEP_DIR_ENV, None)

@@ -1,6 +1,7 @@
 """A sweep survives one bad point: every point runs, a failed point leaves its one line in
 `<job folder>/error.txt`, and at the end `SweepReport` (a Hydra callback registered in conf/config.yaml)
-prints a table of the failed points and exits with the first failed point's status.
+writes the sweep's summary table and overlay figure (ssgd.utils.summarize), prints a table of the failed
+points and exits with the first failed point's status.
 
 An interrupted point (SIGINT, SIGTERM) stops the whole sweep at once instead: that is what the signal asks.
 """
@@ -33,6 +34,20 @@ def record_failure(job_dir: Path, status: int, message: str, details: str = "") 
     return PointFailed(status, message)
 
 
+def write_sweep_report(sweep_dir: Path) -> None:
+    """Write the sweep's table and overlay figure (ssgd.utils.summarize.sweep_table) and name them in the
+    sweep's last lines; one that cannot be drawn costs one warning line, never the points' results."""
+    from ssgd.utils.summarize import sweep_table
+
+    try:
+        written = sweep_table(sweep_dir)
+    except Exception as err:  # noqa: BLE001 -- every point's results are written; the table is an extra
+        print(f"sweep report: not written ({type(err).__name__}: {err})", file=sys.stderr)
+        return
+    if written:
+        print("sweep report: " + " ".join(str(p) for p in written))
+
+
 class SweepReport(Callback):
     """Collects the failed points of a multirun; at its end prints them and exits non-zero if any failed."""
 
@@ -48,6 +63,7 @@ class SweepReport(Callback):
             self.failed.append((int(config.hydra.job.num), overrides, value))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        write_sweep_report(Path(str(config.hydra.sweep.dir)))
         if not self.failed:
             return
         lines = [f"sweep: {len(self.failed)} of {self.points} points failed (each folder under "

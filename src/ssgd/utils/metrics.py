@@ -78,7 +78,7 @@ class MetricWriter:
                  wandb_init: dict[str, Any] | None = None) -> None:
         if wandb_mode not in WANDB_MODES:
             raise ValueError(f"wandb_mode={wandb_mode!r}: must be one of {', '.join(WANDB_MODES)}")
-        self.run_dir, self.enabled = Path(run_dir), enabled
+        self.run_dir, self.enabled, self.wandb_mode = Path(run_dir), enabled, wandb_mode
         self.file = None
         self.wandb_run = None
         self.records = 0                  # lines in metrics.jsonl (a checkpoint saves it: see keep_metrics)
@@ -139,5 +139,7 @@ class MetricWriter:
             self.file.close()
             self.file = None
         if self.wandb_run is not None:
+            if self.wandb_mode == "offline":
+                wandb_run.write_readable_files(self.wandb_run)
             self.wandb_run.finish()
             self.wandb_run = None

@@ -15,6 +15,7 @@ holds the same string, and the composed compressor (density, compress, collectiv
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,21 @@ def final_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The end-of-run summary for wandb: keys that `define_summaries` summarizes become `final/<key>`, so the
     final values do not overwrite the best ones."""
     return {(f"final/{k}" if k in SUMMARIES else k): v for k, v in summary.items()}
+
+
+def write_readable_files(run: Any) -> list[Path]:
+    """Write `files/config.yaml` and `files/wandb-summary.json` into an offline run's folder, as an online run
+    has them (an offline run keeps both only inside its binary `run-*.wandb` until `wandb sync`), so that
+    the run's config and summary can be read without a server. config.yaml has wandb's layout
+    (`key: {value: ...}`); the summary is the run's summary so far (best values as `{"max": ...}` etc.).
+    Returns the two paths."""
+    import yaml
+
+    files = Path(run.dir)
+    files.mkdir(parents=True, exist_ok=True)
+    config = {key: {"value": value} for key, value in run.config.as_dict().items()}
+    summary = run.summary._as_dict() if hasattr(run.summary, "_as_dict") else dict(run.summary)
+    out = [files / "config.yaml", files / "wandb-summary.json"]
+    out[0].write_text(yaml.safe_dump(config, sort_keys=False))
+    out[1].write_text(json.dumps(summary, default=str, indent=1) + "\n")
+    return out

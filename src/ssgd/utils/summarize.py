@@ -1,0 +1,157 @@
+"""What to look at after a run or a sweep: one figure per run, and a table plus an overlay figure per sweep.
+
+    python -m ssgd.report RUN_OR_SWEEP_DIR
+
+A run directory (it holds summary.json) gets `report.png`: training / validation loss, accuracy, achieved
+against configured density (the Top-k / gTop-k / Gaussian-k selection of Shi et al., ICDCS 2019, sec. III
+and arXiv:1911.08772), bytes each worker sent per step, and the measured time per step beside the modelled
+alpha-beta time per iteration (Shi et al., ICDCS 2019, sec. IV). A sweep directory (its job folders hold
+summary.json) gets `sweep_summary.csv` and `sweep_summary.md` (one row per point: its job number, the keys
+whose value differs between points, from each point's `.hydra/overrides.yaml`, then its summary) and `sweep_overlay.png` (every point's validation
+accuracy and training loss). Every run ends with this figure and every sweep with its table (app.py,
+run/sweep.py); both name what they wrote in their last log line. Reads only the files a run writes.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ssgd.errors import EXIT_BAD_INPUT  # noqa: E402
+
+RUN_FIGURE = "report.png"
+SWEEP_CSV, SWEEP_MD, SWEEP_FIGURE = "sweep_summary.csv", "sweep_summary.md", "sweep_overlay.png"
+SUMMARY_KEYS = ("compressor", "world_size", "steps", "val/acc", "val/loss", "density/target", "density/achieved",
+                "comm/bytes_sent", "time/step_s", "time/iter_model_s", "wall_s")
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The rows of run_dir/metrics.jsonl ([] if there is none)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of the rows that hold `key`."""
+    picked = [(r["step"], r[key]) for r in rows if key in r and "step" in r]
+    return [s for s, _ in picked], [v for _, v in picked]
+
+
+def run_figure(run_dir: Path) -> Path:
+    """Write run_dir/report.png (six panels, see the module docstring) and return its path."""
+    rows = read_metrics(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    panels = [("loss", ["train/loss", "val/loss"]), ("accuracy", ["train/acc", "val/acc"]),
+              ("density", ["density/target", "density/achieved"]), ("bytes sent per step", ["comm/bytes_sent"]),
+              ("seconds per step", ["time/step_s", "time/iter_model_s", "time/comm_model_s"]),
+              ("learning rate", ["lr"])]
+    labels = {"time/step_s": "measured step", "time/iter_model_s": "modelled iteration",
+              "time/comm_model_s": "modelled communication"}
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    for ax, (title, keys) in zip(axes.flat, panels):
+        for key in keys:
+            x, y = series(rows, key)
+            if x:
+                ax.plot(x, y, marker="." if len(x) < 30 else None, label=labels.get(key, key))
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"{summary.get('compressor')} S-SGD, P={summary.get('world_size')}, {summary.get('steps')} steps, "
+                 f"{summary.get('model')} on {summary.get('dataset')}, cluster {summary.get('cluster')}")
+    fig.tight_layout()
+    out = run_dir / RUN_FIGURE
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def swept(job_dir: Path) -> dict[str, str]:
+    """The overrides of one sweep point (job_dir/.hydra/overrides.yaml, `- key=value` lines) as key -> value."""
+    path = job_dir / ".hydra" / "overrides.yaml"
+    out = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        item = line.strip().removeprefix("- ").strip().strip("'\"")
+        if "=" in item:
+            key, value = item.split("=", 1)
+            out[key] = value
+    return out
+
+
+def sweep_points(sweep_dir: Path) -> list[Path]:
+    """The job folders of a sweep that finished (hold summary.json), in job order."""
+    def order(p: Path) -> tuple[int, str]:
+        head = p.name.split("-", 1)[0]
+        return (int(head) if head.isdigit() else 1 << 30, p.name)
+    return sorted((p.parent for p in sweep_dir.glob("*/summary.json")), key=order)
+
+
+def sweep_table(sweep_dir: Path) -> list[Path]:
+    """Write the sweep's CSV, markdown table and overlay figure; return their paths ([] if no point finished)."""
+    points = sweep_points(sweep_dir)
+    if not points:
+        return []
+    overrides = [swept(p) for p in points]
+    varied = [k for k in dict.fromkeys(k for o in overrides for k in o) if len({o.get(k) for o in overrides}) > 1]
+    shown = [k for k in SUMMARY_KEYS if k not in varied]
+    header = ["point", *varied, *shown]
+    table = []
+    for point, over in zip(points, overrides):
+        summary = json.loads((point / "summary.json").read_text())
+        table.append([point.name.split("-", 1)[0], *(over.get(k, "") for k in varied),
+                      *(summary.get(k, "") for k in shown)])
+    csv_path, md_path = sweep_dir / SWEEP_CSV, sweep_dir / SWEEP_MD
+    with csv_path.open("w", newline="") as f:
+        csv.writer(f).writerows([header, *table])
+
+    def cell(v: object) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table]
+    md_path.write_text("\n".join(md) + "\n")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for point, over in zip(points, overrides):
+        rows = read_metrics(point)
+        label = " ".join(f"{k}={over[k]}" for k in varied if k in over) or point.name
+        for ax, key in zip(axes, ("val/acc", "train/loss")):
+            x, y = series(rows, key)
+            if x:
+                ax.plot(x, y, marker="." if len(x) < 30 else None, label=label)
+    for ax, key in zip(axes, ("validation accuracy", "training loss")):
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"sweep {sweep_dir.name}: {len(points)} points")
+    fig.tight_layout()
+    fig_path = sweep_dir / SWEEP_FIGURE
+    fig.savefig(fig_path, dpi=100)
+    plt.close(fig)
+    return [csv_path, md_path, fig_path]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ssgd.report DIR`: the run's figure, or the sweep's table and overlay; exit 2 on a bad DIR."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m ssgd.report RUN_OR_SWEEP_DIR", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    target = Path(args[0])
+    if (target / "summary.json").exists():
+        print(f"report: {run_figure(target)}")
+        return 0
+    written = sweep_table(target) if target.is_dir() else []
+    if not written:
+        print(f"error: {target}: neither a run directory (summary.json) nor a sweep directory (job folders with "
+              "summary.json)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("report: " + " ".join(str(p) for p in written))
+    return 0

@@ -1,0 +1,49 @@
+"""python -m ssgd.report: a run's figure, a sweep's table (swept keys as columns) and overlay, bad input exit 2."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+from ssgd.utils import summarize
+from tests.conftest import ROOT
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_run(run_dir, overrides, acc, compressor):
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    rows = [{"step": s, "train/loss": 2.0 / s, "train/acc": acc * s / 20, "density/target": 0.01,
+             "density/achieved": 0.0099, "comm/bytes_sent": 800.0, "time/step_s": 0.01, "time/iter_model_s": 0.004,
+             "time/comm_model_s": 0.001, "lr": 0.1} for s in (10, 20)] + [{"step": 20, "val/acc": acc, "val/loss": 1.0}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "summary.json").write_text(json.dumps({"compressor": compressor, "world_size": 4, "steps": 20,
+                                                      "val/acc": acc, "val/loss": 1.0, "wall_s": 1.5}))
+
+
+def test_run_figure_is_a_png_in_the_run_dir(tmp_path):
+    fake_run(tmp_path / "run", ["compressor=topk"], 0.5, "topk")
+    out = summarize.run_figure(tmp_path / "run")
+    assert out == tmp_path / "run" / summarize.RUN_FIGURE and out.read_bytes()[:8] == PNG
+
+
+def test_sweep_table_has_one_row_per_point_with_the_swept_keys(tmp_path):
+    fake_run(tmp_path / "1-compressor=gtopk,seed=3", ["compressor=gtopk", "seed=3", "trainer.max_steps=20"], 0.7, "gtopk")
+    fake_run(tmp_path / "0-compressor=topk,seed=3", ["compressor=topk", "seed=3", "trainer.max_steps=20"], 0.6, "topk")
+    (tmp_path / "2-failed").mkdir()                                   # a point without summary.json is left out
+    written = summarize.sweep_table(tmp_path)
+    assert [p.name for p in written] == [summarize.SWEEP_CSV, summarize.SWEEP_MD, summarize.SWEEP_FIGURE]
+    rows = list(csv.DictReader((tmp_path / summarize.SWEEP_CSV).open()))
+    assert [(r["point"], r["compressor"], r["val/acc"]) for r in rows] == [("0", "topk", "0.6"), ("1", "gtopk", "0.7")]
+    assert "seed" not in rows[0] and "trainer.max_steps" not in rows[0]   # the same in every point: not a column
+    md = (tmp_path / summarize.SWEEP_MD).read_text().splitlines()
+    assert md[0].startswith("| point | compressor |") and len(md) == 4
+    assert (tmp_path / summarize.SWEEP_FIGURE).read_bytes()[:8] == PNG
+
+
+def test_cli_refuses_a_folder_without_runs(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, "-m", "ssgd.report", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 2 and str(tmp_path) in proc.stderr and len(proc.stderr.splitlines()) == 1
