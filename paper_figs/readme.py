@@ -93,6 +93,13 @@ def bound_findings(out: Path) -> list[str]:
     last: dict[tuple[str, str, str], tuple[int, float]] = {}
     for r in delta or []:
         last[(r["scheme"], r["model"], r["density"])] = (int(r["epoch"]), float(r["delta"]))
+    cond: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in read(out, "fig_bounds_condition") or []:
+        cond[(r["model"], r["density"])].append(r)
+    lines += [f"- {m}, rho = {rho}: the shape condition of the tighter bound (`analysis.line_condition`) holds on "
+              f"{sum(int(r['holds']) for r in rs)} of {len(rs)} u snapshots; tail / line area at most "
+              f"{max(float(r['tail_over_line']) for r in rs):.3f} (<= 1 needed), head / line at least "
+              f"{min(float(r['head_over_line']) for r in rs):.3f} (>= 1 needed)" for (m, rho), rs in sorted(cond.items())]
     lines += [f"- IJCAI delta, {s} / Random-k, {m}, rho = {rho}: {d:.4f} in the last epoch ({e})"
               for (s, m, rho), (e, d) in sorted(last.items())]
     return lines
