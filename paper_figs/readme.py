@@ -24,9 +24,10 @@ FIGURES = [
      "u snapshots (`capture.u_steps`) of Top-k runs, density 0.001, 4 workers: FNN-3 and SmallCNN on the embedded "
      "real MNIST digits, the small LSTM on synthetic PTB-shaped tokens (`paper_figs/runs.py`)",
      "Top-k paper: gradient-distribution histograms during TopK-SGD"),
-    ("fig_bounds", "`make fig-bounds` (~1.5 min with its runs)",
-     "`capture/stats.jsonl` of the Top-k runs (FNN-3 at densities 0.001, 0.01, 0.05; SmallCNN; LSTM) and of a "
-     "gTop-k run (FNN-3, 0.001)", "Top-k paper: bound comparison; IJCAI'19 delta-ratio (norm) figure"),
+    ("fig_bounds", "`make fig-bounds` (~4 min with its runs on 2 quiet cores)",
+     "`capture/stats.jsonl` and u snapshots of the Top-k runs (FNN-3 at densities 0.001, 0.01, 0.05, 0.1, 0.2, 0.3; "
+     "SmallCNN and LSTM at 0.001, 0.01, 0.1, 0.3) and of a gTop-k run (FNN-3, 0.001); the bound's shape condition "
+     "on every snapshot (`fig_bounds_condition.csv`)", "Top-k paper: bound comparison; IJCAI'19 delta-ratio (norm) figure"),
     ("fig_selection", "`make fig-selection` (~1-2 min)",
      "u ~ N(0, 1) and a heavy-tailed vector of 1e5 ... 2.5e7 entries, density 0.001, this machine's CPU (and GPU when "
      "present)", "Top-k paper: top-k vs Gaussian-k selection time"),
