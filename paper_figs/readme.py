@@ -187,7 +187,7 @@ def render(out: Path, readme: Path) -> str:
              "Figure scripts; each writes PNG + PDF + the CSV it plotted into `paper_figs/out/`. `make figs` trains the",
              "runs the analysis and convergence figures need (`paper_figs/runs.py`, 2 at a time, into the git-ignored",
              "`paper_figs/runs/`; it resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from",
-             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 11 minutes on 2",
+             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 14 minutes on 2",
              "quiet cores, most of it the 27 convergence runs (3 seeds x 2,000 steps per scheme; `paper_figs/figures.yaml`);",
              "`make figs-quick` is a 2-3 minute preview of the convergence figures (2 seeds x 300 steps, titled QUICK,",
              "into `outputs/figs-quick/`). docs/convergence.md reads the convergence numbers against the papers.",
