@@ -177,6 +177,8 @@ def line_condition(u: np.ndarray, k: int) -> dict[str, float | bool]:
     if not 1 <= k < d - 1:
         raise ValueError(f"k must be in [1, d - 1) (d = {d}), got {k}")
     s = np.sort(np.asarray(u, dtype=np.float64) ** 2)[::-1]
+    if s[k - 1] == 0.0:  # at most k non-zero entries: Top-k keeps them all, the error is 0
+        return {"holds": True, "tail_over_line": 0.0, "head_over_line": float("inf"), "entries_off_line": 0.0}
     line = s[k - 1] * (d - np.arange(1, d + 1)) / (d - k)
     tail, head = s[k:].sum() / line[k:].sum(), s[:k].sum() / line[:k].sum()
     off = np.concatenate([s[:k] < line[:k], s[k:] > line[k:]])

@@ -60,3 +60,10 @@ def test_condition_implies_the_bound_on_random_vectors() -> None:
 def test_bad_k() -> None:
     with pytest.raises(ValueError, match="k must be"):
         an.line_condition(np.ones(5), 0)
+
+
+def test_mostly_zero_u_holds_trivially() -> None:
+    u = np.zeros(100)
+    u[:5] = [3.0, -2.0, 1.0, 0.5, -0.1]
+    c = an.line_condition(u, 10)  # s_k = 0: Top-k keeps every non-zero entry
+    assert c["holds"] and c["tail_over_line"] == 0.0 and error_share(u, 10) == 0.0
