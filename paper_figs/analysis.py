@@ -158,3 +158,30 @@ def density_phases(steps: Sequence[int], achieved: Sequence[float], target: Sequ
             out.append((int(s[a - 1]) + 1 if a else 1, int(s[b - 1]),
                         float(np.sum(w[a:b] * ratio[a:b]) / np.sum(w[a:b]))))
     return out
+
+
+def line_condition(u: np.ndarray, k: int) -> dict[str, float | bool]:
+    """The shape condition under which ||u - TopK(u)||^2 <= (1 - k/d)^2 ||u||^2 holds (derived here).
+
+    s_1 >= ... >= s_d are the sorted u_i^2 and L(i) = s_k (d - i) / (d - k) the line through (k, s_k) and (d, 0).
+    The Top-k paper's tighter bound rests on the bell shape of u (Shi et al., arXiv:1911.08772): its sorted squares
+    fall as a convex curve that ends near 0, so the tail lies under L and the head over it. What the bound needs is
+    only the two areas: tail = sum_{i>k} s_i <= sum_{i>k} L(i) = s_k (d - k - 1) / 2 and
+    head = sum_{i<=k} s_i >= sum_{i<=k} L(i) = s_k (kd - k(k + 1)/2) / (d - k); together they give an error share
+    tail / (head + tail) <= (d - k)(d - k - 1) / (d(d - 1)) <= (1 - k/d)^2. Returns ``holds`` (both), the two
+    margins ``tail_over_line`` (<= 1 needed) and ``head_over_line`` (>= 1 needed), and ``entries_off_line``, the
+    share of entries on the wrong side of L (sampling noise puts a few next to k and d even for a Gaussian u).
+    A flat u (all |u_i| equal) fails: its tail is 2 (d - k) / (d - k - 1) times the line's.
+    """
+    d = u.size
+    if not 1 <= k < d - 1:
+        raise ValueError(f"k must be in [1, d - 1) (d = {d}), got {k}")
+    s = np.sort(np.asarray(u, dtype=np.float64) ** 2)[::-1]
+    if s[k - 1] == 0.0:  # at most k non-zero entries: Top-k keeps them all, the error is 0
+        return {"holds": True, "tail_over_line": 0.0, "head_over_line": float("inf"), "entries_off_line": 0.0}
+    line = s[k - 1] * (d - np.arange(1, d + 1)) / (d - k)
+    tail, head = s[k:].sum() / line[k:].sum(), s[:k].sum() / line[:k].sum()
+    off = np.concatenate([s[:k] < line[:k], s[k:] > line[k:]])
+    eps = 1e-12  # float rounding of the sums; the line profile itself sits at 1 exactly
+    return {"holds": bool(tail <= 1.0 + eps and head >= 1.0 - eps), "tail_over_line": float(tail), "head_over_line": float(head),
+            "entries_off_line": float(off.mean())}

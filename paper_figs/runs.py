@@ -48,6 +48,12 @@ ANALYSIS: dict[str, tuple[list[str], tuple[str, ...], float]] = {
     "bounds_fnn3_d0.01": ([*HIST, "compressor.density=0.01"], ("bounds",), 15),
     "bounds_fnn3_d0.05": ([*HIST, "compressor.density=0.05"], ("bounds",), 15),
     "bounds_fnn3_gtopk_d0.001": ([*HIST, "compressor=gtopk"], ("bounds",), 15),
+    # where (1 - k/d)^2 and 1 - k/d differ (issue 26): FNN-3 at every density, SmallCNN and LSTM at 0.01, 0.1, 0.3
+    **{f"bounds_fnn3_d{rho}": ([*HIST, f"compressor.density={rho}"], ("bounds",), 15) for rho in (0.1, 0.2, 0.3)},
+    **{f"bounds_cnn_d{rho}": ([*HIST, "model=cnn", f"compressor.density={rho}"], ("bounds",), 40)
+       for rho in (0.01, 0.1, 0.3)},
+    **{f"bounds_lstm_d{rho}": ([*HIST, *LSTM, f"compressor.density={rho}"], ("bounds",), 40)
+       for rho in (0.01, 0.1, 0.3)},
 }
 PROFILES = ("full", "quick")
 FIXED = ["wandb.mode=disabled", "trainer.progress=false"]   # added to every run

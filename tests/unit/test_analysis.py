@@ -79,6 +79,11 @@ def test_figure_scripts_read_run_directories(runs, tmp_path):
     assert {r["scheme"] for r in bounds} == {"topk"} and len(bounds) == 8
     assert all(float(r["ratio_topk"]) <= float(r["bound_linear"]) for r in bounds)   # always true: the top k hold >= k/d of the energy
     assert {r["scheme"] for r in rows_of(tmp_path / "fig_bounds_delta.csv")} == {"topk", "gtopk"}
+    cond = rows_of(tmp_path / "fig_bounds_condition.csv")  # one row per u snapshot of the Top-k run
+    assert cond and {r["scheme"] for r in cond} == {"topk"}
+    assert all(int(r["k"]) == max(int(int(r["d"]) * float(r["density"])), 1) for r in cond)
+    assert all(r["holds"] == str(int(float(r["tail_over_line"]) <= 1 + 1e-12 and float(r["head_over_line"]) >= 1 - 1e-12))
+               for r in cond)
     conv = rows_of(tmp_path / "fig_convergence.csv")
     assert {r["scheme"] for r in conv} == {"dense"}                # runs with capture are analysis runs
     assert any(r["val_acc_mean"] for r in conv) and any(r["model_time_s_mean"] for r in conv)
