@@ -115,3 +115,35 @@ def test_the_peaks_decide_refinements_on_heavy_tails(density):
     s = GaussianK().compress(u, density)
     assert set(s.idx.tolist()) == released(u, density, stats=mean_std)
     assert torch.equal(s.val, u[s.idx])
+
+
+def float64_stats(u: torch.Tensor) -> tuple[float, float]:
+    std, mean = torch.std_mean(u.double())
+    return mean.item(), std.item()
+
+
+def big_input(dist: str, d: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(d, generator=g)
+    if dist == "laplace":
+        u = torch.sign(u) * torch.empty(d).exponential_(generator=g)
+    elif dist == "student_t":                           # t with 3 degrees of freedom
+        chi2 = torch.randn(3, d, generator=g).pow_(2).sum(0)
+        u = u / (chi2 / 3).sqrt_()
+    elif dist == "shifted":
+        u = u * 0.01 + 0.02
+    return u
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("density", [0.001, 0.01])
+@pytest.mark.parametrize("dist", ["normal", "laplace", "student_t", "shifted"])
+@pytest.mark.parametrize("d", [10_000_000, 25_000_000])
+def test_selection_equals_a_float64_reference_at_scale(d, dist, density):
+    """issue 23: float32 statistics moved up to 1,298 entries at these sizes; float64 moves none."""
+    u = big_input(dist, d, seed=d % 97)
+    m, s = mean_std(u)
+    rm, rs = float64_stats(u)
+    assert m == pytest.approx(rm, rel=1e-12, abs=1e-15) and s == pytest.approx(rs, rel=1e-12)
+    got = GaussianK().compress(u, density)
+    assert set(got.idx.tolist()) == released(u, density, stats=float64_stats)
