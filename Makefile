@@ -135,7 +135,7 @@ validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-r
 gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (< 5 min; no GPU: says so, exit 0)
 	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed
+.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed
 P  ?= 4
 BW ?= 1gbit
 testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> cluster=testbed, outputs/testbed/hosts (P=4 BW=1gbit; docs/testbed.md)
@@ -144,8 +144,11 @@ testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> clust
 testbed-down:  ## remove every namespace, link and qdisc testbed-up made (also after a failed up)
 	scripts/testbed/testbed.sh down
 
-alphabeta-testbed:  ## fit alpha/beta by MPI ping-pong between testbed hosts 1 and 2 -> outputs/testbed/alphabeta.yaml (~1 min)
-	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --force
+alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testbed hosts 1 and 2 -> outputs/testbed/alphabeta.yaml (~40 s)
+	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --fit regimes --points outputs/testbed/pingpong.json --force
+
+bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the model and the link -> bench/results/testbed_<BW>.csv (~6 min at P=4)
+	PYTHONPATH=src $(PY) bench/testbed.py $(ARGS)
 
 testbed-status:  ## the testbed's hosts and shaping; exit 0 when it is up
 	scripts/testbed/testbed.sh status

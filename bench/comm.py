@@ -174,6 +174,7 @@ def worker(args: argparse.Namespace) -> None:
                       ("gtopk_released_decode", released_call(True))]
         else:
             items += [("gtopk_decode", ours_decode)]
+        items = [(name, fn) for name, fn in items if name in args.items]
 
         def progress(r: harness.Round) -> None:
             if rank == 0:
@@ -221,7 +222,7 @@ def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "--worker", "--out", str(out), "--sizes", *args.sizes, "--density", repr(args.density),
             "--cluster", args.cluster, "--rounds", str(args.rounds), "--retries", str(args.retries),
             "--noise-threshold", repr(args.noise_threshold), "--min-round-s", repr(args.min_round_s),
-            "--tree-root", str(os.getpid())]
+            "--tree-root", str(os.getpid()), "--items", *args.items]
     base = low = machine.mem_available_bytes()
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=worker_env(local=not hosts), cwd=ROOT, start_new_session=True)
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int,
                     help=f"interleaved rounds per (P, d) (default {ROUNDS}; --quick {QUICK_ROUNDS})")
     harness.add_noise_arguments(ap)
+    ap.add_argument("--items", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES),
+                    help="which collectives to time (default: all)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mpiexec job before it is killed")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--json", help="result file (default <out-dir>/comm.json, comm_quick.json with --quick)")

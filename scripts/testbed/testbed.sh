@@ -103,7 +103,13 @@ network:
   alpha: 4.36e-4         # seconds per message
   beta: 9.0e-9           # seconds per byte
 hostfile: $DIR/hosts
-mpiexec_args: ["--prtemca", "plm_ssh_agent", "$DIR/agent", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "$SUBNET", "--prtemca", "oob_tcp_if_include", "$SUBNET"]
+# Every host has one slot, so Open MPI believes it is not oversubscribed and busy-polls; but all hosts share this
+# machine's cores with the kernel's softirq work for the veth/bridge/tbf path, so a spinning rank delays every small
+# message by a scheduler tick (4 ms measured, 29 us with yield). The tuned rules pin the schedules ssgd.perf.cost
+# models: ring allreduce (4), ring allgatherv (3), binomial bcast (6). Messages up to 32 MiB go eagerly: with the
+# default 64 KiB rendezvous, a receiver's clear-to-send waits behind its own bulk data in the shaped queue, which
+# made a 1M-element ring allreduce at P = 2 take 1.9x its link time (1.09x eager) (docs/testbed.md).
+mpiexec_args: ["--prtemca", "plm_ssh_agent", "$DIR/agent", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "$SUBNET", "--prtemca", "oob_tcp_if_include", "$SUBNET", "--mca", "mpi_yield_when_idle", "1", "--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4", "--mca", "coll_tuned_allgatherv_algorithm", "3", "--mca", "coll_tuned_bcast_algorithm", "6", "--mca", "btl_tcp_eager_limit", "33554432", "--mca", "btl_tcp_rndv_eager_limit", "33554432", "--mca", "btl_tcp_max_send_size", "33554432"]
 # backend=torch: rank r is started on host r+1 through this agent, rendezvous at host 1 (the hostfile's first line)
 agent: $DIR/agent
 EOF

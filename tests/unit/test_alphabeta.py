@@ -42,3 +42,25 @@ def test_bad_input_is_rejected():
         fit_alpha_beta([8, 8], [1e-6, 1e-6])
     with pytest.raises(ValueError):
         fit_alpha_beta([8, 16], [1e-6, 0.0])
+
+
+def test_regimes_fit_recovers_the_asymptote_of_a_token_bucket_link():
+    """A tbf-shaped link: messages up to the burst leave at host speed, longer ones pay the rate on
+    what exceeds the burst. The one-line fit bends beta; the regime fit recovers alpha and the slope."""
+    from ssgd.perf.alphabeta import fit_alpha_beta_regimes
+
+    alpha, beta, burst, host = 3e-5, 8e-9, 262144, 1e-10
+    sizes = [8, 128, 2048, 8192, 32768, 131072, 524288, 2**21, 2**23, 2**25, 2**27]
+    times = [alpha + min(n, burst) * host + max(n - burst, 0) * beta for n in sizes]
+    fit = fit_alpha_beta_regimes(sizes, times)
+    assert fit.beta == pytest.approx(beta, rel=1e-9)
+    assert fit.alpha == pytest.approx(alpha + (128 + 2048) / 2 * host, rel=1e-12)   # median of the 4 sizes <= 8 KiB
+    naive = fit_alpha_beta(sizes, times)
+    assert abs(naive.beta - beta) / beta > 0.05                  # what the regime fit is for
+
+
+def test_regimes_fit_refuses_too_few_points():
+    from ssgd.perf.alphabeta import fit_alpha_beta_regimes
+
+    with pytest.raises(ValueError, match="distinct sizes"):
+        fit_alpha_beta_regimes([8, 2**22], [1e-5, 1e-2])

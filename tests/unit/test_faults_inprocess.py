@@ -314,3 +314,22 @@ def test_open_mpi_boilerplate_is_filtered_and_a_killed_rank_is_named():
     relay.copy(io.StringIO(text))
     assert out.getvalue() == "[rank 1] a line of the run\n" + dashes + "Some other Open MPI advice\n" + dashes
     assert relay.killed == (1, "vm", 9)
+
+
+def test_a_peers_errors_are_fatal_notice_is_left_out_when_the_launcher_names_the_killed_rank():
+    """Multi-host (the testbed): when a rank is killed, its peers print Open MPI's MPI_ERRORS_ARE_FATAL
+    notice ("[host:pid] *** ..."); the launcher's one line names the killed rank and host instead.
+    Without a killed rank the notice is the only account of the failure, so it is kept."""
+    dashes = "-" * 74 + "\n"
+    notice = ("[tb4:00000] *** An error occurred in Socket closed\n[tb4:00000] *** reported by process [25,3]\n"
+              "[tb4:00000] ***    and MPI will try to terminate your MPI job as well)\n")
+    warning = "[vm:15407] plm:ssh: Warning: setpgid(15419,15419) failed in parent with errno=Permission denied(13)\n"
+    killed = (dashes + "prterun noticed that process rank 2 with PID 7 on node tb3 exited on\nsignal 9 (Killed).\n"
+              + dashes)
+    out = io.StringIO()
+    relay = OpenMPIFilter(out)
+    relay.copy(io.StringIO(warning + "[rank 0] step 5\n" + notice + killed))
+    assert out.getvalue() == "[rank 0] step 5\n" and relay.killed == (2, "tb3", 9)
+    out = io.StringIO()
+    OpenMPIFilter(out).copy(io.StringIO(notice))
+    assert out.getvalue() == notice

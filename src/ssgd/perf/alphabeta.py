@@ -53,3 +53,29 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float]) -> AlphaBe
     if beta < 0:
         alpha, beta = float((w * w * t).sum() / (w * w).sum()), 0.0
     return AlphaBeta(alpha, beta)
+
+
+def fit_alpha_beta_regimes(nbytes: Sequence[float], seconds: Sequence[float], *, small: int = 8192,
+                           large: int = 2**21) -> AlphaBeta:
+    """Fit t = alpha + n beta by regime: alpha = the median one-way time of messages <= `small` bytes
+    (the latency regime), beta = the least-squares slope of the messages >= `large` bytes (the
+    bandwidth regime); the sizes in between are not used.
+
+    For a link shaped by a token bucket (Linux `tc tbf`, the testbed of docs/testbed.md), a message
+    shorter than the bucket's burst leaves at the host's speed, not the link's, so a one-line fit
+    through all sizes (`fit_alpha_beta`) bends beta towards the burst; back-to-back messages of a
+    collective drain the bucket and see the asymptotic slope, which this fit keeps. Needs >= 1
+    size <= small and >= 2 distinct sizes >= large; beta is clamped at 0.
+    """
+    pts = [(float(n), float(t)) for n, t in zip(nbytes, seconds, strict=True)]
+    lat = sorted(t for n, t in pts if n <= small)
+    big = [(n, t) for n, t in pts if n >= large]
+    if not lat or len({n for n, _ in big}) < 2 or any(t <= 0 for _, t in pts):
+        raise ValueError(f"fit_alpha_beta_regimes needs positive times, >= 1 size <= {small} B and >= 2 distinct "
+                         f"sizes >= {large} B")
+    m = len(lat)
+    alpha = lat[m // 2] if m % 2 else 0.5 * (lat[m // 2 - 1] + lat[m // 2])
+    mean_n = sum(n for n, _ in big) / len(big)
+    mean_t = sum(t for _, t in big) / len(big)
+    beta = sum((n - mean_n) * (t - mean_t) for n, t in big) / sum((n - mean_n) ** 2 for n, _ in big)
+    return AlphaBeta(alpha, max(beta, 0.0))

@@ -272,24 +272,31 @@ class OpenMPIFilter:
     BOILERPLATE = ("MPI_ABORT was invoked", "has exited due to process rank", "exited with non-zero status",
                    "exited on signal")
     KILLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+    PEER_ABORT = re.compile(r"^\[[^\]]+\] \*\*\* ")       # "[host:pid] *** An error occurred in ...": a peer's
+    NOISE = ("PMIX ERROR", "plm:ssh: Warning: setpgid(")      # MPI_ERRORS_ARE_FATAL notice; PRRTE warnings
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.block: list[str] | None = None
         self.killed: tuple[int, str, int] | None = None
+        self.peer_abort: list[str] = []
 
     def copy(self, stream: TextIO) -> None:
         for line in stream:
             self.feed(line)
         if self.block:
             self.out.write("".join(self.block))
+        if self.killed is None:            # the peers' notice is all there is: keep it; else the launcher's line says it
+            self.out.write("".join(self.peer_abort))
         self.out.flush()
 
     def feed(self, line: str) -> None:
         if self.block is None:
             if self.DASHES.match(line):
                 self.block = [line]
-            elif "PMIX ERROR" not in line and line.replace("\0", "").strip():
+            elif self.PEER_ABORT.match(line):
+                self.peer_abort.append(line)
+            elif not any(n in line for n in self.NOISE) and line.replace("\0", "").strip():
                 self.out.write(line)
                 self.out.flush()
             return

@@ -7,7 +7,8 @@
 testbed's agent and btl tcp, docs/testbed.md), so the ping-pong runs between that cluster's first two hosts.
 
 Runs `ssgd.tools.pingpong` on 2 MPI ranks (on 2 hosts of the hostfile, or on this machine), fits
-t = alpha + n beta by relative least squares (`fit_alpha_beta`), prints the points and the fit,
+t = alpha + n beta by relative least squares (`fit_alpha_beta`; `--fit regimes`: by regime,
+`fit_alpha_beta_regimes`, for token-bucket links), prints the points and the fit,
 and writes conf/cluster/<name>.yaml, usable as `python src/train.py cluster=<name>`. An existing
 file is kept unless --force. This process stays MPI-free (it launches mpiexec).
 """
@@ -23,17 +24,20 @@ from pathlib import Path
 
 from ssgd.run.launch_mpi import mpiexec_path, worker_env
 from ssgd.config import conf_dir
-from ssgd.perf.alphabeta import AlphaBeta, fit_alpha_beta
+from ssgd.perf.alphabeta import AlphaBeta, fit_alpha_beta, fit_alpha_beta_regimes
 
 CONF = conf_dir() / "cluster"
 
 
-def cluster_yaml(name: str, world_size: int, net: AlphaBeta, meta: dict, hostfile: str | None) -> str:
+def cluster_yaml(name: str, world_size: int, net: AlphaBeta, meta: dict, hostfile: str | None,
+                 fit: str = "relative") -> str:
     today = datetime.date.today().isoformat()
     hosts = ", ".join(sorted(set(meta["hosts"])))
+    how = ("relative least squares (ssgd.perf.alphabeta.fit_alpha_beta)" if fit == "relative"
+           else "by regime (ssgd.perf.alphabeta.fit_alpha_beta_regimes)")
     return (f"# {name}: alpha/beta fitted by `make alphabeta` on {today}: mpi4py ping-pong between 2 ranks on\n"
             f"# {hosts} ({meta['mpi']}), {len(meta['nbytes'])} sizes from {meta['nbytes'][0]} B to "
-            f"{meta['nbytes'][-1]} B, relative least squares (ssgd.perf.alphabeta.fit_alpha_beta).\n"
+            f"{meta['nbytes'][-1]} B, {how}.\n"
             f"name: {name}\nworld_size: {world_size}\nnetwork:\n"
             f"  alpha: {net.alpha:.4g}          # seconds per message\n"
             f"  beta: {net.beta:.4g}          # seconds per byte ({1 / net.beta / 1e9 if net.beta else float('inf'):.2f} GB/s)\n"
@@ -49,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-cluster", default=None,
                     help="take --hostfile, --world-size and the mpiexec arguments from conf/cluster/NAME.yaml")
     ap.add_argument("--out", default=None, help="write here instead of conf/cluster/NAME.yaml")
+    ap.add_argument("--fit", choices=("relative", "regimes"), default="relative",
+                    help="relative: one line through every size, relative residuals; regimes: alpha from the "
+                    "messages <= 8 KiB, beta from the slope of those >= 2 MiB (token-bucket links, docs/testbed.md)")
+    ap.add_argument("--points", default=None, help="also write the ping-pong's sizes and times here (JSON)")
     args = ap.parse_args(argv)
     extra: list[str] = []
     if args.from_cluster:
@@ -77,12 +85,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: the ping-pong job failed (exit status {status})", file=sys.stderr)
             return 1
         meta = json.loads(result.read_text())
-    net = fit_alpha_beta(meta["nbytes"], meta["seconds"])
+    fit = fit_alpha_beta_regimes if args.fit == "regimes" else fit_alpha_beta
+    net = fit(meta["nbytes"], meta["seconds"])
+    if args.points:
+        Path(args.points).write_text(json.dumps({**meta, "fit": args.fit, "alpha": net.alpha, "beta": net.beta},
+                                                indent=1) + "\n")
     print(f"{'bytes':>12} {'measured us':>12} {'fit us':>10}")
     for n, t in zip(meta["nbytes"], meta["seconds"]):
         print(f"{n:>12} {t * 1e6:>12.2f} {net.message(n) * 1e6:>10.2f}")
-    print(f"alpha = {net.alpha:.4g} s, beta = {net.beta:.4g} s/byte")
-    out.write_text(cluster_yaml(args.name, args.world_size, net, meta, args.hostfile))
+    print(f"alpha = {net.alpha:.4g} s, beta = {net.beta:.4g} s/byte ({args.fit} fit)")
+    out.write_text(cluster_yaml(args.name, args.world_size, net, meta, args.hostfile, args.fit))
     print(f"wrote {out}: use it with `python src/train.py cluster={args.name}`")
     return 0
 

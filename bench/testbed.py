@@ -1,0 +1,235 @@
+"""`make bench-testbed`: every scheme's collective on the 1 GbE testbed, against the alpha-beta model and the link.
+
+On the hosts of `make testbed-up` (docs/testbed.md), for each P and d, bench/comm.py's MPI worker times, in
+interleaved noise-measured rounds (bench/harness.py), the four aggregation collectives of the gTop-k paper
+(Shi et al., ICDCS 2019, arXiv:1901.04359, Sec. III-IV) as the trainer runs them, one rank per host, btl tcp:
+
+  * dense allreduce (ring), the Top-k and Gaussian-k allgathers (ring), gTopKAllReduce (binomial trees),
+    at density 0.001 (k = max(int(d * 0.001), 1)).
+
+Each measured time is set against two numbers, neither fitted to any collective:
+
+  * modelled: `Collective.model_seconds(AlphaBeta(alpha, beta), P, d, counts)` with alpha and beta from the
+    ping-pong between hosts 1 and 2 only (`make alphabeta-testbed`, `--fit regimes`; run first when missing or
+    older than the testbed), so every collective point is held out; error = modelled / measured - 1;
+  * floor: the bytes on the busiest link at the link's rate (the tbf rate, BW) plus the critical path's
+    messages at the measured one-way latency (alpha); ratio = measured / floor.
+
+Writes <out-dir>/testbed_<BW>.csv (one row per P, d, collective) and .json, and prints the table and a summary
+(points within 15 % of the model; the largest floor ratio of dense and gTop-k at d >= 1M).
+
+    make testbed-up P=8 && make bench-testbed            # P = 2, 4, 8; d = 0.27M 1M 4M 25M (~6 min at 1gbit)
+    PYTHONPATH=src python bench/testbed.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)
+    PYTHONPATH=src python bench/testbed.py --P 2 4 8 16 --sizes 0.27M 25M 61M --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "src"))
+import comm  # noqa: E402
+import harness  # noqa: E402
+import machine_info as machine  # noqa: E402
+
+TESTBED = ROOT / "outputs" / "testbed"
+ITEMS = ("dense_allreduce", "topk_allgather", "gaussiank_allgather", "gtopk_allreduce")
+SIZES = {"0.27M": 269_722, "1M": 2**20, "4M": 4 * 2**20, "25M": 25_557_032, "61M": 61_100_840}   # ResNet-20, 50, AlexNet
+TOLERANCE = 0.15
+FLOOR_GOAL, FLOOR_FROM_D = 1.25, 2**20
+COLUMNS = ("bw", "P", "d", "k", "collective", "measured_ms", "measured_lo_ms", "measured_hi_ms", "noisy",
+           "other_cores_max", "modelled_ms", "model_error", "floor_ms", "ratio_to_floor", "busiest_link_bytes",
+           "critical_messages", "alpha_s", "beta_s_per_byte", "link_bytes_per_s")
+
+
+def rate_bytes_per_s(bw: str) -> float:
+    """A tc rate ('1gbit', '100mbit', '10gbit', '125mbps') in bytes per second (tc: bit = bits, bps = bytes)."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([kmgt]?)(bit|bps)", bw.strip().lower())
+    if not m:
+        raise ValueError(f"BW={bw!r}: not a tc rate such as 1gbit, 10gbit, 100mbit")
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
+    return float(m.group(1)) * scale / (8 if m.group(3) == "bit" else 1)
+
+
+def parse_size(text: str) -> int:
+    return SIZES.get(text, None) or comm.parse_size(text)
+
+
+def testbed_env() -> dict[str, str]:
+    env_file = TESTBED / "env"
+    if not env_file.is_file():
+        raise SystemExit("error: the testbed is down: run `make testbed-up P=4` (docs/testbed.md) first")
+    out = dict(line.split("=", 1) for line in env_file.read_text().split() if "=" in line)
+    if subprocess.run([str(ROOT / "scripts" / "testbed" / "testbed.sh"), "status"], capture_output=True).returncode:
+        raise SystemExit("error: the testbed is not healthy (`make testbed-status`): run `make testbed-down` and "
+                         "`make testbed-up`")
+    return out
+
+
+def calibrated(refit: bool) -> dict[str, Any]:
+    """alpha, beta of the ping-pong between hosts 1 and 2 (outputs/testbed/pingpong.json), measured now when
+    missing, older than the testbed, or when `refit`."""
+    points, env_file = TESTBED / "pingpong.json", TESTBED / "env"
+    if refit or not points.is_file() or points.stat().st_mtime < env_file.stat().st_mtime:
+        print("[testbed] alpha/beta: ping-pong between hosts 1 and 2 (make alphabeta-testbed, ~40 s)",
+              file=sys.stderr, flush=True)
+        argv = [sys.executable, "-m", "ssgd.tools.calibrate", "--from-cluster", "testbed", "--name", "testbed",
+                "--out", str(TESTBED / "alphabeta.yaml"), "--fit", "regimes", "--points", str(points), "--force"]
+        if subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL).returncode:
+            raise SystemExit("error: the ping-pong (make alphabeta-testbed) failed")
+    return json.loads(points.read_text())
+
+
+def collective(name: str) -> Any:
+    from ssgd.comm.allgather import SparseAllgather
+    from ssgd.comm.dense import DenseAllreduce
+    from ssgd.comm.gtopk import GTopKAllreduce
+
+    return {"dense_allreduce": DenseAllreduce, "topk_allgather": SparseAllgather,
+            "gaussiank_allgather": SparseAllgather, "gtopk_allreduce": GTopKAllreduce}[name]()
+
+
+def rows_of(case: dict[str, Any], bw: str, fit: dict[str, Any]) -> list[dict[str, Any]]:
+    """One CSV row per collective of one (P, d) case of bench/comm.py's worker."""
+    from ssgd.perf.alphabeta import AlphaBeta
+
+    net, unit = AlphaBeta(fit["alpha"], fit["beta"]), AlphaBeta(1.0, 0.0)
+    rate = rate_bytes_per_s(bw)
+    s = harness.Series.from_json(case["series"])
+    other = [r.other_cores for r in s.rounds]
+    rows = []
+    for name in s.names:
+        counted = case["counted"][name]
+        coll, P, d, counts = collective(name), case["P"], case["d"], counted["entries_by_rank"]
+        sp = s.spread(name)
+        modelled = coll.model_seconds(net, P, d, counts)
+        messages = round(coll.model_seconds(unit, P, d, counts))        # alpha = 1, beta = 0: the message count
+        busiest = max(counted["bytes_by_rank_measured"])
+        floor = busiest / rate + messages * net.alpha
+        rows.append({"bw": bw, "P": P, "d": d, "k": case["k"], "collective": name, "measured_ms": 1e3 * sp.median,
+                     "measured_lo_ms": 1e3 * sp.lo, "measured_hi_ms": 1e3 * sp.hi, "noisy": s.noisy,
+                     "other_cores_max": max((o for o in other if o is not None), default=None),
+                     "modelled_ms": 1e3 * modelled, "model_error": modelled / sp.median - 1, "floor_ms": 1e3 * floor,
+                     "ratio_to_floor": sp.median / floor, "busiest_link_bytes": busiest, "critical_messages": messages,
+                     "alpha_s": net.alpha, "beta_s_per_byte": net.beta, "link_bytes_per_s": rate})
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| BW | P | d | collective | measured ms, median [min-max] | modelled ms | model error | floor ms "
+           "| measured / floor |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = harness.mark(r["noisy"])
+        out.append(f"| {r['bw']} | {r['P']} | {comm.size_label(r['d'])} | {comm.LABELS[r['collective']]} "
+                   f"| {harness.fmt_num(r['measured_ms'])} [{harness.fmt_num(r['measured_lo_ms'])}-"
+                   f"{harness.fmt_num(r['measured_hi_ms'])}]{m} | {harness.fmt_num(r['modelled_ms'])} "
+                   f"| {r['model_error']:+.0%}{m} | {harness.fmt_num(r['floor_ms'])} | {r['ratio_to_floor']:.2f}{m} |")
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    within = [r for r in rows if abs(r["model_error"]) <= TOLERANCE]
+    big = [r for r in rows if r["collective"] in ("dense_allreduce", "gtopk_allreduce") and r["d"] >= FLOOR_FROM_D]
+    worst = max(big, key=lambda r: r["ratio_to_floor"], default=None)
+    noisy = sum(1 for r in rows if r["noisy"] is not False)
+    out = [f"model within {TOLERANCE:.0%} of the measurement: {len(within)} of {len(rows)} (P, d, collective) points, "
+           "every one held out (alpha, beta from the ping-pong only)"]
+    for name in ITEMS:
+        mine = [r for r in rows if r["collective"] == name]
+        if mine:
+            errs = sorted(r["model_error"] for r in mine)
+            out.append(f"  {comm.LABELS[name]}: {sum(abs(e) <= TOLERANCE for e in errs)} of {len(mine)} within; "
+                       f"error from {errs[0]:+.0%} to {errs[-1]:+.0%}")
+    if worst:
+        ok = sum(r["ratio_to_floor"] <= FLOOR_GOAL for r in big)
+        out.append(f"measured / floor, dense and gTop-k at d >= 1M: at most {worst['ratio_to_floor']:.2f} "
+                   f"(P={worst['P']}, d={comm.size_label(worst['d'])}, {comm.LABELS[worst['collective']]}); "
+                   f"{ok} of {len(big)} within the goal {FLOOR_GOAL}")
+    if noisy:
+        out.append(f"{noisy} of {len(rows)} points were measured while other processes used more than the noise "
+                   "threshold: marked (noisy), upper bounds")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)")
+    ap.add_argument("--P", type=int, nargs="+", help="hosts per job (default: 2, 4, 8, ... up to the testbed's P)")
+    ap.add_argument("--sizes", nargs="+", help="d: 0.27M (ResNet-20), 1M, 4M, 25M (ResNet-50), 61M (AlexNet), or any "
+                    "count with K/M (default 0.27M 1M 4M 25M)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds per (P, d) (default 3; --quick 2)")
+    ap.add_argument("--refit", action="store_true", help="measure alpha/beta again even when a fresh fit exists")
+    ap.add_argument("--out-dir", type=Path, default=comm.RESULTS, help="results folder (default bench/results)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mpiexec job before it is killed")
+    harness.add_noise_arguments(ap)
+    args = ap.parse_args(argv)
+    problem = harness.noise_problem(args)
+    try:
+        sizes = [parse_size(s) for s in (args.sizes or (["1M"] if args.quick else ["0.27M", "1M", "4M", "25M"]))]
+    except ValueError:
+        sizes, problem = [], problem or f"--sizes {' '.join(args.sizes)}: sizes are 0.27M, 1M, 4M, 25M, 61M or " \
+                                        "integers with K or M"
+    env = testbed_env()
+    hosts, bw = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"]
+    default_P = sorted({p for p in (2, 4, 8, 16, 32, 64) if p <= hosts} | {hosts})
+    Ps = args.P or (sorted({2, hosts}) if args.quick else default_P)
+    if problem is None and any(not 2 <= p <= hosts for p in Ps):
+        problem = f"--P {' '.join(map(str, Ps))}: the testbed has {hosts} hosts; each P must be in 2..{hosts}"
+    if problem is None and any(s < 1 for s in sizes):
+        problem = "--sizes: must be >= 1"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    rounds = args.rounds or (2 if args.quick else 3)
+    fit = calibrated(args.refit)
+    print(f"[testbed] {hosts} hosts on {bw}; alpha = {fit['alpha'] * 1e6:.1f} us, beta = {fit['beta']:.4g} s/B "
+          f"({1 / fit['beta'] / 1e6:.1f} MB/s; link {rate_bytes_per_s(bw) / 1e6:.1f} MB/s)", file=sys.stderr)
+    job_args = argparse.Namespace(sizes=[str(s) for s in sizes], density=comm.DENSITY, cluster="testbed",
+                                  rounds=rounds, retries=harness.noise_from_args(args, quick=args.quick).retries,
+                                  noise_threshold=args.noise_threshold, min_round_s=args.min_round_s,
+                                  timeout=args.timeout, items=list(ITEMS))
+    start, rows, jobs = time.perf_counter(), [], []
+    with tempfile.TemporaryDirectory(prefix="ssgd-bench-testbed-") as tmp:
+        for P in Ps:
+            print(f"[testbed] P={P}: d = {', '.join(comm.size_label(s) for s in sizes)}, {rounds} rounds",
+                  file=sys.stderr, flush=True)
+            job = comm.run_job(P, job_args, Path(tmp))
+            rss = job.get("peak_rss_bytes_by_rank")
+            print(f"[testbed] P={P}: {job['status']}, {job['wall_s']:.1f} s"
+                  + (f", peak RSS per host up to {max(rss) / 2**30:.2f} GiB" if rss else ""), file=sys.stderr)
+            jobs.append({k: v for k, v in job.items() if k != "cases"})
+            rows += [row for case in job["cases"] for row in rows_of(case, bw, fit)]
+    rows.sort(key=lambda r: (r["d"], r["P"], ITEMS.index(r["collective"])))
+    print("\n".join(table(rows)) + "\n")
+    print("\n".join(summary(rows)))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.out_dir / (f"testbed_{bw}_quick" if args.quick else f"testbed_{bw}")
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"command": " ".join(["bench/testbed.py", *sys.argv[1:]]), "testbed": {"hosts": hosts, "bw": bw},
+         "fit": {k: fit[k] for k in ("alpha", "beta", "fit")}, "machine": machine.describe(), "jobs": jobs,
+         "total_runtime_s": time.perf_counter() - start, "rows": rows}, indent=1) + "\n")
+    print(f"[testbed] wrote {stem.with_suffix('.csv')} and .json ({time.perf_counter() - start:.0f} s)",
+          file=sys.stderr)
+    failed = [j for j in jobs if j["status"] != "ok"]
+    for j in failed:
+        print(f"FAILED: P={j['P']}: {j['status']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
