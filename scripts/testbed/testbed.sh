@@ -108,8 +108,9 @@ hostfile: $DIR/hosts
 # message by a scheduler tick (4 ms measured, 29 us with yield). The tuned rules pin the schedules ssgd.perf.cost
 # models: ring allreduce (4), ring allgatherv (3), binomial bcast (6). Messages up to 32 MiB go eagerly: with the
 # default 64 KiB rendezvous, a receiver's clear-to-send waits behind its own bulk data in the shaped queue, which
-# made a 1M-element ring allreduce at P = 2 take 1.9x its link time (1.09x eager) (docs/testbed.md).
-mpiexec_args: ["--prtemca", "plm_ssh_agent", "$DIR/agent", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "$SUBNET", "--prtemca", "oob_tcp_if_include", "$SUBNET", "--mca", "mpi_yield_when_idle", "1", "--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4", "--mca", "coll_tuned_allgatherv_algorithm", "3", "--mca", "coll_tuned_bcast_algorithm", "6", "--mca", "btl_tcp_eager_limit", "33554432", "--mca", "btl_tcp_rndv_eager_limit", "33554432", "--mca", "btl_tcp_max_send_size", "33554432"]
+# made a 1M-element ring allreduce at P = 2 take 1.9x its link time (1.09x eager). A rank that loses a peer aborts
+# 2 s late (opal_abort_delay), so that prterun hears first of the rank that died and the launcher names its host.
+mpiexec_args: ["--prtemca", "plm_ssh_agent", "$DIR/agent", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "$SUBNET", "--prtemca", "oob_tcp_if_include", "$SUBNET", "--mca", "mpi_yield_when_idle", "1", "--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4", "--mca", "coll_tuned_allgatherv_algorithm", "3", "--mca", "coll_tuned_bcast_algorithm", "6", "--mca", "btl_tcp_eager_limit", "33554432", "--mca", "btl_tcp_rndv_eager_limit", "33554432", "--mca", "btl_tcp_max_send_size", "33554432", "--mca", "opal_abort_delay", "2"]
 # backend=torch: rank r is started on host r+1 through this agent, rendezvous at host 1 (the hostfile's first line)
 agent: $DIR/agent
 EOF

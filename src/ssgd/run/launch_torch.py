@@ -33,6 +33,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ssgd.errors import ConfigError
+from ssgd.run import reach
 from ssgd.run.launch_mpi import prepare, worker_env
 from ssgd.worlds.rendezvous import LocalRank, rank_device
 
@@ -133,14 +134,28 @@ def describe_exit(status: int) -> str:
     return f"exited with status {status}"
 
 
-def watch(procs: list[subprocess.Popen]) -> int:
-    """Wait for every rank; on the first failure name it, stop the others and return its status."""
+def lost_hosts_note(hosts: list[str] | None) -> str:
+    """'' or '; host H (rank r) does not answer on the network ...' for the hosts of a multi-host job that
+    the launcher cannot reach now (`ssgd.run.reach`: a link down, a machine gone)."""
+    if not hosts or len(set(hosts)) < 2:
+        return ""
+    lost = reach.stalled_hosts(hosts)
+    if not lost:
+        return ""
+    named = ", ".join(f"{h} (rank {', '.join(str(r) for r, x in enumerate(hosts) if x == h)})" for h in lost)
+    return f"; host {named} does not answer on the network (its link is down or it is gone)"
+
+
+def watch(procs: list[subprocess.Popen], hosts: list[str] | None = None) -> int:
+    """Wait for every rank; on the first failure name it (and its host, when the ranks run on `hosts`),
+    stop the others and return its status."""
     while True:
         codes = [p.poll() for p in procs]
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
-            said = "; ".join(f"rank {r} {describe_exit(c)}" for r, c in failed)
-            log.error(f"error: backend=torch: {said}; stopping the other ranks")
+            where = (lambda r: f" on host {hosts[r]}") if hosts else (lambda r: "")
+            said = "; ".join(f"rank {r}{where(r)} {describe_exit(c)}" for r, c in failed)
+            log.error(f"error: backend=torch: {said}{lost_hosts_note(hosts)}; stopping the other ranks")
             stop(procs)
             return failed[0][1] if failed[0][1] > 0 else 1
         if all(c == 0 for c in codes):
@@ -169,6 +184,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     port = int(OmegaConf.select(cfg, "dist.master_port") or free_port())
     base = worker_env(local=True)
     remote = host_ranks(cfg, base, config_path, port)
+    hosts = hostfile_slots(Path(cfg.cluster.hostfile))[:P] if remote is not None else None
     procs: list[subprocess.Popen] = []
     try:       # SIGTERM, SIGHUP: stop the ranks too, not only this process
         previous = {s: signal.signal(s, _terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -180,7 +196,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
                 procs.append(subprocess.Popen(remote[r], env=base))
             else:
                 procs.append(subprocess.Popen(worker_command(config_path), env=rank_env(base, r, P, port)))
-        return watch(procs)
+        return watch(procs, hosts)
     except KeyboardInterrupt:
         stop(procs)
         return 130
