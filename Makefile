@@ -135,7 +135,7 @@ validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-r
 gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (< 5 min; no GPU: says so, exit 0)
 	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed
+.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed bench-testbed-e2e
 P  ?= 4
 BW ?= 1gbit
 testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> cluster=testbed, outputs/testbed/hosts (P=4 BW=1gbit; docs/testbed.md)
@@ -149,6 +149,9 @@ alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testb
 
 bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the model and the link -> bench/results/testbed_<BW>.csv (~6 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed.py $(ARGS)
+
+bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~8 min at P=4)
+	PYTHONPATH=src $(PY) bench/testbed_e2e.py $(ARGS)
 
 testbed-status:  ## the testbed's hosts and shaping; exit 0 when it is up
 	scripts/testbed/testbed.sh status
