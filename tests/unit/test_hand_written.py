@@ -5,6 +5,7 @@ small real-format file, so both the decision and the equivalence are pinned."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from ssgd.run.launch_mpi import descendants
+from ssgd.worlds import rendezvous
+from ssgd.worlds.rendezvous import first_host, master, scontrol_first_host
 
 
 # -- launch_mpi.descendants: psutil replaced the /proc walk -----------------------------------------------
@@ -76,3 +79,53 @@ def test_descendants_of_a_finished_process_are_none():
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()
     assert descendants(done.pid) == []
+
+
+# -- rendezvous.first_host: scontrol where it runs, the parser as its fallback ------------------------------
+NODE_LISTS = ["node01", "gpu[07-09,12],cpu01", "cpu01,gpu[07-09]", "r[1-2]-n[03-04]", "a[5]", "gpu[10-12]",
+              "n[1-3]x[2-3]", "n[001-002],m[3]", "login-[7-8]", "h[0099-0101]"]
+
+
+@pytest.fixture
+def slurm_conf(tmp_path) -> dict[str, str]:
+    """An environment in which scontrol parses host lists without a cluster (a two-line slurm.conf)."""
+    if shutil.which("scontrol") is None:
+        pytest.skip("no scontrol here (it exists on SLURM nodes); the fallback is tested below")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=test\nSlurmctldHost=localhost\n")
+    return {"SLURM_CONF": str(conf)}
+
+
+@pytest.mark.parametrize("nodelist", NODE_LISTS)
+def test_the_parser_agrees_with_scontrol(nodelist, slurm_conf):
+    """scontrol show hostnames is the oracle of the fallback parser."""
+    shown = subprocess.run(["scontrol", "show", "hostnames", nodelist], env={**os.environ, **slurm_conf},
+                           capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert first_host(nodelist) == shown.stdout.split()[0] == scontrol_first_host(nodelist, slurm_conf)
+
+
+def test_master_asks_scontrol_first(tmp_path):
+    """A stand-in scontrol whose answer the parser would never give: master() takes it."""
+    fake = tmp_path / "scontrol"
+    fake.write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && echo "from-scontrol" && echo other\n')
+    fake.chmod(0o755)
+    env = {"PATH": str(tmp_path), "SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_JOB_ID": "5"}
+    assert master(env) == ("from-scontrol", 20005)
+
+
+@pytest.mark.parametrize("body", ["exit 1", "echo", "exec sleep 30"], ids=["fails", "prints-nothing", "hangs"])
+def test_a_failing_scontrol_falls_back_on_the_parser(tmp_path, monkeypatch, body):
+    fake = tmp_path / "scontrol"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(rendezvous, "SCONTROL_TIMEOUT_S", 0.5)
+    env = {"PATH": str(tmp_path), "SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_JOB_ID": "5"}
+    assert scontrol_first_host("gpu[07-09]", env) is None
+    assert master(env) == ("gpu07", 20005)
+
+
+def test_without_scontrol_the_parser_answers(tmp_path):
+    env = {"PATH": str(tmp_path), "SLURM_JOB_NODELIST": "r[1-2]-n[03-04]", "SLURM_JOB_ID": "5"}   # empty PATH dir
+    assert scontrol_first_host("r[1-2]-n[03-04]", env) is None
+    assert master(env) == ("r1-n03", 20005)
