@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from ssgd.data.embedded import COLUMNS, load_mnist_csv
+from ssgd.data.mnist import mnist, normalize_mnist, read_idx
 from ssgd.run.launch_mpi import descendants
 from ssgd.worlds import rendezvous
 from ssgd.worlds.rendezvous import first_host, master, scontrol_first_host
@@ -152,3 +153,43 @@ def test_the_embedded_csv_parser_equals_mlxtends_reader_on_a_small_file(tmp_path
     assert torch.equal(torch.as_tensor(X).to(torch.uint8).view(-1, 28, 28), images)
     assert torch.equal(torch.as_tensor(y).to(torch.int64), labels)
     assert torch.equal(images.reshape(12, -1).to(torch.int64), table[:, :-1])     # and the written values
+
+
+# -- data/mnist.py:read_idx stays: torchvision reads only plain files under MNIST/raw/ ----------------------
+def write_idx(path: Path, tensor: torch.Tensor, gz: bool = False) -> None:
+    data = bytes([0, 0, 8, tensor.dim()]) + b"".join(s.to_bytes(4, "big") for s in tensor.shape) + \
+        bytes(tensor.flatten().tolist())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.with_name(path.name + ".gz") if gz else path).write_bytes(gzip.compress(data) if gz else data)
+
+
+def small_mnist(raw: Path, gz: bool = False) -> None:
+    gen = torch.Generator().manual_seed(1)
+    for split, n in (("train", 7), ("t10k", 3)):
+        write_idx(raw / f"{split}-images-idx3-ubyte", torch.randint(0, 256, (n, 28, 28), generator=gen), gz)
+        write_idx(raw / f"{split}-labels-idx1-ubyte", torch.randint(0, 10, (n,), generator=gen), gz)
+
+
+def test_mnist_equals_torchvisions_reader_on_a_small_file(tmp_path):
+    from torchvision.datasets import MNIST
+
+    small_mnist(tmp_path / "MNIST" / "raw")
+    ours = mnist(tmp_path)
+    for train, x, y in ((True, ours.x_train, ours.y_train), (False, ours.x_val, ours.y_val)):
+        theirs = MNIST(str(tmp_path), train=train, download=False)
+        assert torch.equal(normalize_mnist(theirs.data).unsqueeze(1), x)
+        assert torch.equal(theirs.targets, y)
+        assert torch.equal(read_idx(tmp_path / "MNIST" / "raw" / f"{'train' if train else 't10k'}-images-idx3-ubyte"),
+                           theirs.data)
+
+
+def test_torchvision_cannot_read_the_layouts_the_lab_accepts(tmp_path):
+    """Why read_idx stays: the gzipped files (as the MNIST site serves them) and the flat folder."""
+    from torchvision.datasets import MNIST
+
+    small_mnist(tmp_path / "gz" / "MNIST" / "raw", gz=True)
+    small_mnist(tmp_path / "flat")
+    for folder in (tmp_path / "gz", tmp_path / "flat"):
+        assert mnist(folder).x_train.shape == (7, 1, 28, 28)
+        with pytest.raises(RuntimeError, match="Dataset not found"):
+            MNIST(str(folder), train=True, download=False)
