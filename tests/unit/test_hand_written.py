@@ -5,17 +5,23 @@ small real-format file, so both the decision and the equivalence are pinned."""
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import pickle
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from ssgd.data.cifar10 import TEST_FILE, TRAIN_FILES, read_batch
 from ssgd.data.embedded import COLUMNS, load_mnist_csv
 from ssgd.data.mnist import mnist, normalize_mnist, read_idx
+from ssgd.errors import ConfigError
 from ssgd.run.launch_mpi import descendants
 from ssgd.worlds import rendezvous
 from ssgd.worlds.rendezvous import first_host, master, scontrol_first_host
@@ -193,3 +199,80 @@ def test_torchvision_cannot_read_the_layouts_the_lab_accepts(tmp_path):
         assert mnist(folder).x_train.shape == (7, 1, 28, 28)
         with pytest.raises(RuntimeError, match="Dataset not found"):
             MNIST(str(folder), train=True, download=False)
+
+
+# -- data/cifar10.py:read_batch stays: torchvision unpickles plainly, behind an md5 of the official files ------
+class Py2Pickler(pickle._Pickler):
+    """Writes str and bytes as Python 2 `str` (SHORT_BINSTRING / BINSTRING), as the official CIFAR-10 batches
+    were written (so torchvision's latin1 keys and the lab's bytes keys both read them)."""
+
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_py2_str(self, obj: str | bytes) -> None:
+        data = obj.encode("latin1") if isinstance(obj, str) else bytes(obj)
+        self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data if len(data) < 256
+                   else pickle.BINSTRING + struct.pack("<i", len(data)) + data)
+        self.memoize(obj)
+
+    dispatch[str] = save_py2_str
+    dispatch[bytes] = save_py2_str
+
+
+def py2_pickle(obj: object) -> bytes:
+    out = io.BytesIO()
+    Py2Pickler(out, protocol=2).dump(obj)
+    return out.getvalue()
+
+
+def small_cifar(folder: Path, per_batch: int = 3) -> None:
+    """The six batches and batches.meta of cifar-10-batches-py/, in the official files' pickle format."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    for name in (*TRAIN_FILES, TEST_FILE):
+        (folder / name).write_bytes(py2_pickle({"batch_label": name, "labels": rng.integers(0, 10, per_batch).tolist(),
+                                                "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)}))
+    (folder / "batches.meta").write_bytes(py2_pickle({"label_names": [f"class{i}" for i in range(10)]}))
+
+
+def test_cifar10_equals_torchvisions_reader_on_a_small_file(tmp_path, monkeypatch):
+    """torchvision's CIFAR10 is the oracle of the pixels, the labels and their layout; its md5 check of the
+    official files is switched off here, in the test only, so that it reads the small files at all."""
+    import torchvision.datasets.cifar as tv_cifar
+
+    small_cifar(tmp_path / "cifar-10-batches-py")
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *args, **kwargs: True)
+    for train, names in ((True, TRAIN_FILES), (False, (TEST_FILE,))):
+        theirs = tv_cifar.CIFAR10(str(tmp_path), train=train, download=False)
+        parts = [read_batch(tmp_path / "cifar-10-batches-py" / name) for name in names]
+        assert torch.equal(torch.cat([x for x, _ in parts]), torch.as_tensor(theirs.data).permute(0, 3, 1, 2))
+        assert torch.equal(torch.cat([y for _, y in parts]), torch.as_tensor(theirs.targets))
+
+
+def test_why_read_batch_stays(tmp_path, monkeypatch):
+    """torchvision reads nothing but the official files (md5), and what it reads it unpickles with plain
+    pickle.load: past that check, a batch that carries code runs it. read_batch refuses it unrun."""
+    import torchvision.datasets.cifar as tv_cifar
+
+    small_cifar(tmp_path / "cifar-10-batches-py")
+    with pytest.raises(RuntimeError, match="Dataset not found or corrupted"):
+        tv_cifar.CIFAR10(str(tmp_path), train=True, download=False)
+    marker = tmp_path / "ran"
+    hostile = tmp_path / "cifar-10-batches-py" / TRAIN_FILES[0]
+    hostile.write_bytes(pickle.dumps({"data": RunsCode(marker), "labels": [0]}, protocol=2))
+    with pytest.raises(ConfigError, match="refused without running it"):
+        read_batch(hostile)
+    assert not marker.exists()
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *args, **kwargs: True)
+    with pytest.raises(Exception):
+        tv_cifar.CIFAR10(str(tmp_path), train=True, download=False)
+    assert marker.exists()                       # torchvision's pickle.load ran the payload
+
+
+class RunsCode:
+    """Unpickles as a call that creates `marker` (a harmless stand-in for any code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
