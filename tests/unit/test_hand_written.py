@@ -20,6 +20,8 @@ import torch
 
 from ssgd.data.cifar10 import TEST_FILE, TRAIN_FILES, read_batch
 from ssgd.data.embedded import COLUMNS, load_mnist_csv
+from ssgd.data.imagenet import find_classes, imagenet, scan_split
+from ssgd.data.loader import ShardedLoader
 from ssgd.data.mnist import mnist, normalize_mnist, read_idx
 from ssgd.errors import ConfigError
 from ssgd.run.launch_mpi import descendants
@@ -276,3 +278,85 @@ class RunsCode:
 
     def __reduce__(self):
         return (Path.touch, (self.marker,))
+
+
+# -- data/imagenet.py: the folder scan is torchvision's (find_classes, make_dataset) ------------------------
+def old_scan_split(split_dir: Path, class_to_idx: dict[str, int]) -> tuple[list[str], list[int]]:
+    """The replaced scan (ssgd before issue 25): files directly inside each class folder, sorted."""
+    files, labels = [], []
+    for name in sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir()):
+        found = sorted(entry.path for entry in os.scandir(split_dir / name)
+                       if entry.is_file() and os.path.splitext(entry.name)[1].lower() in (".jpeg", ".jpg", ".png"))
+        files += found
+        labels += [class_to_idx[name]] * len(found)
+    return files, labels
+
+
+def small_tree(root: Path) -> None:
+    """Empty files stand in for images: the scan never opens them."""
+    layout = {"train/n02/b.JPEG": "", "train/n02/a.jpg": "", "train/n02/notes.txt": "", "train/n01/z.PNG": "",
+              "train/n01/y.jpeg": "", "train/n01/x.JpG": "", "train/n03/c.JPEG": "", "train/n10/d.png": "",
+              "val/n01/v1.JPEG": "", "val/n10/v2.JPEG": "", "val/n10/v0.jpg": ""}      # val lacks n02, n03
+    for name in layout:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).touch()
+    (root / "train" / "n04").mkdir()                                                   # a class with no image
+
+
+def test_the_folder_scan_equals_the_replaced_one(tmp_path):
+    small_tree(tmp_path)
+    classes = find_classes(tmp_path / "train")
+    assert classes == ["n01", "n02", "n03", "n04", "n10"]
+    class_to_idx = {name: i for i, name in enumerate(classes)}
+    for split in ("train", "val"):
+        files, labels = scan_split(tmp_path / split, class_to_idx)
+        assert (files, labels.tolist()) == old_scan_split(tmp_path / split, class_to_idx)
+    data = imagenet(tmp_path, image_size=8)
+    assert data.y_train.tolist() == [0, 0, 0, 1, 1, 2, 4] and data.y_val.tolist() == [0, 4, 4]
+    assert data.x_val.files[1:] == (str(tmp_path / "val/n10/v0.jpg"), str(tmp_path / "val/n10/v2.JPEG"))
+
+
+def test_the_folder_scan_now_reads_subfolders_as_imagefolder_does(tmp_path):
+    """The one difference from the replaced scan, on purpose: ImageFolder's trees read the same here."""
+    from torchvision.datasets import ImageFolder
+
+    small_tree(tmp_path)
+    (tmp_path / "train/n01/more").mkdir()
+    (tmp_path / "train/n01/more/w.JPEG").touch()
+    classes = find_classes(tmp_path / "train")
+    files, labels = scan_split(tmp_path / "train", {name: i for i, name in enumerate(classes)})
+    folder = ImageFolder(str(tmp_path / "train"), loader=lambda path: path, allow_empty=True)
+    assert [path for path, _ in folder.samples] == files and [label for _, label in folder.samples] == labels.tolist()
+    assert str(tmp_path / "train/n01/more/w.JPEG") in files
+
+
+def test_the_scan_still_refuses_a_val_class_that_train_lacks(tmp_path):
+    small_tree(tmp_path)
+    (tmp_path / "val/n99").mkdir()
+    with pytest.raises(ConfigError, match="n99' is a class folder that .* lacks; val classes must be train classes"):
+        imagenet(tmp_path, image_size=8)
+
+
+# -- data/loader.py:ShardedLoader stays: DistributedSampler deals the same global batches to other ranks ------
+@pytest.mark.parametrize("n, P, b", [(50, 4, 3), (64, 2, 8), (7, 1, 7)])
+def test_distributed_sampler_reads_the_same_global_batches_but_deals_them_differently(n, P, b):
+    """Given ShardedLoader's permutation (a dataset of its positions, shuffle=False), DistributedSampler +
+    batching gives every step the same set of P x b samples and drops the same tail; but rank r gets
+    positions r, r + P, ... of the step where ShardedLoader gives it one contiguous block. Under sparse
+    S-SGD which rank holds a sample changes the selected gradients, so adopting it would change every
+    run's bits (and the thread == MPI equality holds for both)."""
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    loader = ShardedLoader(torch.zeros(n, 1), torch.zeros(n), P, b, seed=3)
+    loader.set_epoch(0)
+    perm = loader.perm.tolist()
+    theirs = [list(BatchSampler([perm[i] for i in DistributedSampler(range(n), num_replicas=P, rank=r,
+                                                                           shuffle=False, drop_last=True)],
+                                b, drop_last=True)) for r in range(P)]
+    assert all(len(batches) == loader.steps_per_epoch for batches in theirs)
+    dealt_alike = True
+    for step in range(loader.steps_per_epoch):
+        ours = [loader.indices(step, r).tolist() for r in range(P)]
+        assert sorted(sum(ours, [])) == sorted(sum((theirs[r][step] for r in range(P)), []))
+        dealt_alike &= ours == [theirs[r][step] for r in range(P)]
+    assert dealt_alike == (P == 1 or b == 1)
