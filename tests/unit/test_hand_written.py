@@ -20,13 +20,14 @@ import torch
 
 from ssgd.data.cifar10 import TEST_FILE, TRAIN_FILES, read_batch
 from ssgd.data.embedded import COLUMNS, load_mnist_csv
-from ssgd.data.imagenet import find_classes, imagenet, scan_split
+from ssgd.data.imagenet import find_classes, imagenet, load_image, scan_split
 from ssgd.data.loader import ShardedLoader
 from ssgd.data.mnist import mnist, normalize_mnist, read_idx
 from ssgd.errors import ConfigError
 from ssgd.run.launch_mpi import descendants
 from ssgd.worlds import rendezvous
 from ssgd.worlds.rendezvous import first_host, master, scontrol_first_host
+from test_paper_data import write_imagenet
 
 
 # -- launch_mpi.descendants: psutil replaced the /proc walk -----------------------------------------------
@@ -360,3 +361,31 @@ def test_distributed_sampler_reads_the_same_global_batches_but_deals_them_differ
         assert sorted(sum(ours, [])) == sorted(sum((theirs[r][step] for r in range(P)), []))
         dealt_alike &= ours == [theirs[r][step] for r in range(P)]
     assert dealt_alike == (P == 1 or b == 1)
+
+
+# -- data/imagenet.py:ImageFiles' decoding threads stay: a DataLoader gives the same rows, no faster ---------
+def test_a_dataloader_with_worker_processes_decodes_the_same_rows(tmp_path):
+    """torch's DataLoader (2 worker processes, prefetch_factor 2) over the same files and batches is the
+    oracle of the thread pool's rows; docs/data-loading.md has the timing that keeps the pool."""
+    from torch.utils.data import DataLoader, Dataset
+
+    write_imagenet(tmp_path, side=12)                  # PNGs and JPEGs
+    data = imagenet(tmp_path, image_size=8, workers=2)
+    files = data.x_train
+
+    class Rows(Dataset):
+        def __len__(self) -> int:
+            return len(files)
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            return load_image(files.files[i], files.image_size, files.resize_size)
+
+    batches = [[5, 0, 3], [3, 1], [2, 4]]
+    theirs = list(DataLoader(Rows(), batch_sampler=batches, num_workers=2, prefetch_factor=2))
+    ours = []
+    for k, batch in enumerate(batches):
+        ours.append(files[torch.tensor(batch)])
+        if k + 1 < len(batches):
+            files.prefetch(torch.tensor(batches[k + 1]))
+    assert len(theirs) == len(ours) == 3
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
