@@ -49,6 +49,14 @@ class DistBackend(Enum):
     nccl = "nccl"
 
 
+class DistEmit(Enum):
+    """What a backend=torch run that does not start its ranks prints (`command`: torchrun / srun lines; `sbatch`:
+    a whole SLURM batch script on stdout, also saved as `<run dir>/job.sbatch`)."""
+
+    command = "command"
+    sbatch = "sbatch"
+
+
 class WandbMode(Enum):
     disabled = "disabled"
     offline = "offline"     # files under the run directory, no network (default)
@@ -244,6 +252,7 @@ class DistConfig:
     master_addr: Optional[str] = None  # rank 0's host when MASTER_ADDR is unset (null: SLURM's first node)
     master_port: Optional[int] = None  # its port when MASTER_PORT is unset (null: from SLURM_JOB_ID)
     launch: bool = True              # false: only write <run dir>/worker_config.yaml and print torchrun / srun commands
+    emit: DistEmit = DistEmit.command  # sbatch: print an sbatch script instead (and start nothing, as launch=false)
 
     def __post_init__(self) -> None:
         _finite_at_least(self.timeout_s, "dist.timeout_s", 0.0, strict=True, what=" (seconds)")
@@ -300,6 +309,9 @@ class Config:
                 and not str(self.device).startswith("cuda")):
             raise ConfigError(f"dist.backend=nccl needs device=cuda (NCCL moves CUDA tensors only; device={self.device}); "
                               "use dist.backend=gloo or auto for CPU tensors")
+        if self.dist.emit is DistEmit.sbatch and self.backend is not Backend.torch:
+            raise ConfigError(f"dist.emit=sbatch needs backend=torch (got backend={self.backend.value}); for "
+                              "backend=mpi submit scripts/slurm/mpi_mpirun.sbatch or mpi_srun.sbatch")
 
 
 # Registered on import; Hydra imports `hydra_plugins.ssgd_schema` (which imports this module) whenever it

@@ -66,6 +66,7 @@ BAD = {
     "schedule.gamma=1e300 schedule.milestones=[1,2]": "schedule.gamma=1e+300",
     "backend=xyz": "backend=xyz: Invalid value 'xyz', expected one of [thread, mpi, torch]",
     "wandb.mode=sometimes": "wandb.mode=sometimes: Invalid value 'sometimes', expected one of [disabled, offline, online]",
+    "dist.emit=script": "dist.emit=script: Invalid value 'script', expected one of [command, sbatch]",
     "device=tpu": "device='tpu': must be cpu, cuda or cuda:N",
     "threads=0": "threads=0: must be an integer >= 1",
     "seed=-1": "seed=-1",

@@ -1,8 +1,9 @@
 """ImageNet (ILSVRC-2012) from a local ImageFolder tree, decoded lazily: it does not fit in memory.
 
 Layout: `data_dir/train/<class>/*.JPEG` and `data_dir/val/<class>/*.JPEG` (also .jpg, .jpeg, .png,
-any case; only files directly inside a class folder). Classes are the train folder names sorted
-(torchvision's ImageFolder order), so label i is the i-th name; every val folder must be one of
+any case; files in subfolders of a class folder count too). The folders are scanned by torchvision's
+ImageFolder functions (`find_classes`, `make_dataset`): classes are the train folder names sorted, so
+label i is the i-th name; every val folder must be one of
 them. The val images of the official archive come in one folder and must first be sorted into
 class folders (as torchvision's `ImageNet` class or the usual `valprep.sh` do).
 
@@ -21,7 +22,7 @@ crops and flips are NOT applied. The gTop-k code trains with RandomResizedCrop(2
 HDF5 copy of the data (hclhkbu/gtopkssgd dl_trainer.py `imagenet_prepare`); a per-batch transform like
 CIFAR-10's (`ssgd.data.augment`, drawn per rank and step by the loader) is where it would go.
 
-torchvision is imported when the first image is decoded, not with this module: its import costs
+torchvision is imported when the folders are scanned, not with this module: its import costs
 about 2 s.
 """
 from __future__ import annotations
@@ -172,33 +173,34 @@ class ImageFiles:
                 f"workers={self.workers})")
 
 
-def _class_folders(split_dir: Path) -> list[str]:
-    return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
+def find_classes(split_dir: Path) -> list[str]:
+    """The class folder names of `split_dir`, sorted (torchvision's `find_classes`, ImageFolder's order);
+    empty when there is none."""
+    from torchvision.datasets.folder import find_classes as torchvision_find_classes
 
-
-def _image_files(class_dir: Path) -> list[str]:
-    return sorted(entry.path for entry in os.scandir(class_dir)
-                  if entry.is_file() and os.path.splitext(entry.name)[1].lower() in EXTENSIONS)
+    try:
+        return torchvision_find_classes(str(split_dir))[0]
+    except FileNotFoundError:
+        return []
 
 
 def scan_split(split_dir: Path, class_to_idx: dict[str, int]) -> tuple[list[str], Tensor]:
-    """Image paths of `split_dir/<class>/` (classes sorted, files sorted within a class) and int64 labels.
+    """Image paths of `split_dir/<class>/` (classes sorted, files sorted within a folder, subfolders
+    included) and int64 labels: torchvision's `make_dataset`, ImageFolder's own scan, with EXTENSIONS.
 
     Raises ConfigError naming the folder if a class is not in `class_to_idx` or there are no images.
     """
-    files: list[str] = []
-    labels: list[int] = []
-    for name in _class_folders(split_dir):
+    from torchvision.datasets.folder import make_dataset
+
+    for name in find_classes(split_dir):
         if name not in class_to_idx:
             raise ConfigError(f"dataset=imagenet: '{split_dir / name}' is a class folder that "
                               f"'{split_dir.parent / 'train'}' lacks; val classes must be train classes")
-        found = _image_files(split_dir / name)
-        files += found
-        labels += [class_to_idx[name]] * len(found)
-    if not files:
+    samples = make_dataset(str(split_dir), class_to_idx, extensions=EXTENSIONS, allow_empty=True)
+    if not samples:
         raise ConfigError(f"dataset=imagenet: no images in '{split_dir}' (expected <class>/*.JPEG, "
                           f"extensions {', '.join(EXTENSIONS)} in any case)")
-    return files, torch.tensor(labels, dtype=torch.int64)
+    return [path for path, _ in samples], torch.tensor([label for _, label in samples], dtype=torch.int64)
 
 
 def imagenet(data_dir: str | os.PathLike[str] = "data/imagenet", image_size: int = 224,
@@ -235,7 +237,7 @@ def imagenet(data_dir: str | os.PathLike[str] = "data/imagenet", image_size: int
             f"extract it, sort the val images into class folders, and set dataset.data_dir; this project "
             f"never downloads"
         )
-    classes = _class_folders(root / "train")
+    classes = find_classes(root / "train")
     if not classes:
         raise ConfigError(f"dataset=imagenet: no class folders in '{root / 'train'}' (expected <class>/*.JPEG)")
     class_to_idx = {name: i for i, name in enumerate(classes)}

@@ -79,11 +79,13 @@ def spec(cfg: DictConfig) -> RunSpec:
 
 def prints_only(config: Config) -> bool:
     """Whether this run only writes the worker config and prints the commands that start its ranks
-    (`mpi.launch=false` under backend=mpi, `dist.launch=false` under backend=torch): such a run prepares a
-    job for other machines (e.g. GPU nodes, from a CPU login node), so it needs neither their device nor
-    their number of cores."""
+    (`mpi.launch=false` under backend=mpi, `dist.launch=false` or `dist.emit=sbatch` under backend=torch): such
+    a run prepares a job for other machines (e.g. GPU nodes, from a CPU login node), so it needs neither their
+    device nor their number of cores."""
     backend = str(getattr(config.backend, "value", config.backend))
-    return (backend == "mpi" and not config.mpi.launch) or (backend == "torch" and not config.dist.launch)
+    emit = str(getattr(config.dist.emit, "value", config.dist.emit))
+    return (backend == "mpi" and not config.mpi.launch) or (backend == "torch" and
+                                                           (not config.dist.launch or emit == "sbatch"))
 
 
 def network(cfg: DictConfig) -> AlphaBeta:

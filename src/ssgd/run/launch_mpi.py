@@ -248,20 +248,14 @@ class JobStopper:
 
 
 def descendants(pid: int) -> list[int]:
-    """Processes below `pid` on this host, from /proc (empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    """Processes below `pid` on this host (children, grandchildren, ...), from psutil (any OS it supports);
+    empty when `pid` is gone or may not be inspected. Imported here: only the kill path needs it."""
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:                       # NoSuchProcess, AccessDenied
+        return []
 
 
 class OpenMPIFilter:

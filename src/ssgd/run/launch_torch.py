@@ -16,7 +16,8 @@ the first host: one rank per machine, as torchrun with `--nnodes P --nproc-per-n
 (the testbed of docs/testbed.md gives both). The watching and stopping are the same.
 
 `dist.launch=false` writes the file and prints the torchrun and srun commands that run the same ranks
-on a cluster (docs/gpu-clusters.md).
+on a cluster (docs/gpu-clusters.md); `dist.emit=sbatch` prints (and saves as `<run dir>/job.sbatch`) a SLURM
+batch script that runs them (docs/slurm.md).
 """
 from __future__ import annotations
 
@@ -232,9 +233,72 @@ def print_commands(cfg: DictConfig, run_dir: Path) -> None:
              f"  srun -n {P} {sys.executable} {module}")
 
 
+SBATCH_FILE = "job.sbatch"
+
+
+def sbatch_script(cfg: DictConfig, config_path: Path) -> str:
+    """The text of a SLURM batch script that runs the ranks of `config_path` (a saved worker config), one
+    torch.distributed rank per task as `scripts/slurm/torch_srun.sbatch` starts them: `#SBATCH --ntasks` is
+    cluster.world_size, `--gpus-per-task=1` when the device is CUDA, `--requeue` only when trainer.resume=auto
+    (a requeued job then continues from the run directory's checkpoint). Absolute paths throughout, so it is
+    submitted from any directory; a job whose task count differs from the world size stops with exit 2.
+    Needs no device and starts nothing (valid bash: `bash -n`, tests/unit/test_sbatch_emit.py)."""
+    P = int(cfg.cluster.world_size)
+    config_path = config_path.resolve()
+    src = Path(__file__).resolve().parents[2]
+    worker = shlex.join(worker_command(config_path))
+    cuda = str(cfg.device).startswith("cuda")
+    auto = str(OmegaConf.select(cfg, "trainer.resume", default=None)) == "auto"
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# backend=torch under SLURM: {P} torch.distributed ranks, one per task ({'NCCL' if cuda else 'gloo'}), "
+        "written by `src/train.py ... dist.emit=sbatch`.",
+        f"# The run: {config_path} (resolved; the outputs go beside it).",
+        "# Submit with `sbatch <this file>` from any directory; sbatch options on the command line (--time,",
+        "# --partition, --nodes, ...) override the #SBATCH lines below, except that --ntasks must stay "
+        f"{P}.",
+        "#SBATCH --job-name=ssgd-torch",
+        f"#SBATCH --ntasks={P}",
+        "#SBATCH --cpus-per-task=1",
+        *(["#SBATCH --gpus-per-task=1         # device=cuda: rank r takes its task's GPU"] if cuda else []),
+        "#SBATCH --time=01:00:00",
+        "#SBATCH --output=slurm-%x-%j.out",
+        "#SBATCH --signal=USR1@120        # USR1 120 s before the time limit: the ranks checkpoint and stop",
+        *(["#SBATCH --requeue                 # trainer.resume=auto: a requeued job resumes its checkpoint"]
+          if auto else ["# (no --requeue: trainer.resume is not auto, so a requeued job would not resume)"]),
+        "set -euo pipefail",
+        f'[[ ${{SLURM_NTASKS:-}} == {P} ]] || {{ echo "error: this job has ${{SLURM_NTASKS:-no}} tasks; the run has '
+        f'cluster.world_size={P} (sbatch --ntasks={P})" >&2; exit 2; }}',
+        "export OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=2 WANDB_SILENT=true",
+        f"export PYTHONPATH={shlex.quote(str(src))}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f"RUN=(srun --kill-on-bad-exit=1 {worker})",
+        'echo "+ ${RUN[*]}"',
+        '"${RUN[@]}"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def print_sbatch(cfg: DictConfig, run_dir: Path) -> Path:
+    """dist.emit=sbatch: write the worker config and `<run dir>/job.sbatch`, print the script on stdout
+    (nothing else: `... dist.emit=sbatch > job.sbatch` gives the same file); returns the script's path."""
+    config_path = prepare(cfg, run_dir)
+    text = sbatch_script(cfg, config_path)
+    path = run_dir / SBATCH_FILE
+    path.write_text(text)
+    path.chmod(0o755)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return path
+
+
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    """`python src/train.py backend=torch`: launch (or, with dist.launch=false, print the commands).
-    Returns the exit status; ConfigError for bad input found before any rank starts."""
+    """`python src/train.py backend=torch`: launch (or, with dist.launch=false, print the commands; with
+    dist.emit=sbatch, print an sbatch script). Returns the exit status; ConfigError for bad input found before
+    any rank starts."""
+    emit = OmegaConf.select(cfg, "dist.emit", default="command")
+    if getattr(emit, "value", emit) == "sbatch":
+        print_sbatch(cfg, run_dir)
+        return 0
     if not OmegaConf.select(cfg, "dist.launch", default=True):
         print_commands(cfg, run_dir)
         return 0

@@ -1,6 +1,6 @@
 """Who this process is in a job of one process per rank, read from what its launcher put in the environment.
 
-Pure functions of an environment mapping (no torch, no MPI), unit-tested with fake environments
+Pure functions of an environment mapping (no torch, no MPI; `master` alone may ask `scontrol`), unit-tested with fake environments
 (tests/unit/test_rendezvous.py). Every missing or malformed variable is a one-line `ConfigError` that
 names it and the launcher that would have set it, so every entry point can stop with exit status 2.
 
@@ -9,7 +9,8 @@ names it and the launcher that would have set it, so every entry point can stop 
   from SLURM's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID (`srun`, one task per rank).
 * `master(environ, addr, port)`: rank 0's address and port for the rendezvous: MASTER_ADDR /
   MASTER_PORT, else the configured `dist.master_addr` / `dist.master_port`, else (under srun) the
-  first node of SLURM's node list and a port derived from SLURM_JOB_ID.
+  first node of SLURM's node list (`scontrol show hostnames`, SLURM's own parser, where it runs; else
+  `first_host`) and a port derived from SLURM_JOB_ID.
 * `local_rank(environ, sources)`: this process's rank among the ranks on its host, for one GPU per
   rank: torchrun (LOCAL_RANK), SLURM (SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_LOCAL_RANK), MPICH
   (MPI_LOCALRANKID). An MPI rank without these uses a shared-memory split (`ssgd.worlds.mpi`).
@@ -18,7 +19,10 @@ names it and the launcher that would have set it, so every entry point can stop 
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +30,7 @@ from ssgd.errors import ConfigError
 
 GUIDE = "docs/gpu-clusters.md"
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000    # derived ports stay below Linux's ephemeral range (32768+)
+SCONTROL_TIMEOUT_S = 3.0   # scontrol retries a missing slurm.conf for 60 s: fall back on first_host instead
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def master(environ: Mapping[str, str], addr: str | None = None, port: int | None
     host = environ.get("MASTER_ADDR") or addr
     if not host:
         nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
-        host = first_host(nodelist) if nodelist else None
+        host = (scontrol_first_host(nodelist, environ) or first_host(nodelist)) if nodelist else None
     if not host:
         raise ConfigError("backend=torch: no address of rank 0: MASTER_ADDR is not set (torchrun sets it), "
                           "dist.master_addr is null and there is no SLURM_JOB_NODELIST (srun sets it)")
@@ -113,9 +118,29 @@ def master(environ: Mapping[str, str], addr: str | None = None, port: int | None
     return host, number
 
 
+def scontrol_first_host(nodelist: str, environ: Mapping[str, str] | None = None,
+                        scontrol: str | None = None) -> str | None:
+    """The first line of `scontrol show hostnames <nodelist>` (SLURM's own host-list parser), run with
+    `environ` over this process's environment (SLURM_CONF); None when there is no scontrol (`scontrol`, else
+    the one on PATH: present on SLURM nodes only), it fails (no configuration, an invalid list) or it takes
+    longer than SCONTROL_TIMEOUT_S. Callers then use `first_host`."""
+    env = {**os.environ, **(environ or {})}
+    found = scontrol or shutil.which("scontrol", path=env.get("PATH"))
+    if found is None:
+        return None
+    try:
+        proc = subprocess.run([found, "show", "hostnames", nodelist], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    hosts = proc.stdout.split() if proc.returncode == 0 else []
+    return hosts[0] if hosts else None
+
+
 def first_host(nodelist: str) -> str | None:
     """The first host of a SLURM host list, e.g. 'gpu[07-09,12],cpu01' -> 'gpu07', 'r[1-2]-n[3-4]' -> 'r1-n3'
-    (what `scontrol show hostnames` prints first), or None for an empty list."""
+    (what `scontrol show hostnames` prints first: tests/unit/test_hand_written.py compares them), or None for
+    an empty list. The fallback of `scontrol_first_host` where scontrol is absent or fails."""
     depth, end = 0, len(nodelist)
     for i, ch in enumerate(nodelist):
         depth += ch == "["
