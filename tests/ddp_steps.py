@@ -154,3 +154,29 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.int32), b.view(np.int32))
+
+
+def hook_error(rank: int, P: int) -> str:
+    """A bucket whose reduction raises on the communication thread: backward raises it (the future carries it);
+    the thread goes on serving the next step. Returns the error text."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    import ssgd.ddp
+
+    torch.manual_seed(0)
+    ddp = DistributedDataParallel(torch.nn.Linear(8, 4))
+    hook = ssgd.ddp.register(ddp, compressor="topk", density=0.5)
+    reduce = hook._reduce
+
+    def failing(job):
+        raise ValueError("bucket refused")
+    hook._reduce = failing
+    try:
+        ddp(torch.randn(2, 8)).sum().backward()
+        text = "no error"
+    except RuntimeError as exc:
+        text = str(exc)
+    hook._reduce = reduce
+    ddp(torch.randn(2, 8)).sum().backward()      # DDP may refuse to go on after a failed step: then this raises
+    hook.close()
+    return text + f" | calls {hook.stats.calls}"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import group_options
-from ddp_steps import STEPS, buckets_async_and_blocking, same_bits, trainer_and_hook
+from ddp_steps import STEPS, buckets_async_and_blocking, hook_error, same_bits, trainer_and_hook
 from torch_ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +93,13 @@ def test_several_buckets_overlap_backward_and_keep_order_bits_and_error_feedback
         scale = max(np.abs(sent).max(), 1e-12)
         assert np.abs(sent - kept).max() <= 1e-5 * scale, (step, np.abs(sent - kept).max(), scale)
         assert np.abs(rows[0]["e1"]).max() > 0            # a residual is kept (the check is not vacuous)
+
+
+def test_an_error_on_the_communication_thread_reaches_backward():
+    """The thread completes the bucket's future with the exception: loss.backward() raises it on every rank
+    instead of waiting forever, and the next step is served."""
+    for text in run_ranks(2, hook_error, (), timeout=60):
+        assert "bucket refused" in text and text.endswith("| calls 1"), text
 
 
 @pytest.mark.slow
