@@ -300,8 +300,9 @@ def markdown(result: dict[str, Any]) -> str:
         goal = series.ratio(GOAL_ITEM, BASE)
         verdict = ("met" if goal.median <= GOAL else "not met") + harness.mark(series.noisy)
         parts += [f"P = {job['P']}, d = {job['d']:,}, density {job['density']}, {job['batch']} samples per rank per "
-                  f"step, small buckets = bucket_cap_mb {job['bucket_cap_mb']:g} with find_unused_parameters, {job['rows'][BASE]['steps']} "
-                  f"steps per model. Settings: {harness.settings_line(series)}; other CPU: {harness.noise_cell(series)}.",
+                  f"step, small buckets = bucket_cap_mb {job['bucket_cap_mb']:g} with find_unused_parameters, "
+                  f"{job['rows'][BASE]['steps']} steps per model. Settings: {harness.settings_line(series)}; "
+                  f"other CPU: {harness.noise_cell(series)}.",
                   "", *table(job), "",
                   f"Goal: gTop-k (async, default buckets) / allreduce <= {GOAL:g}: "
                   f"{harness.ratio_cell(goal, series.noisy)}, {verdict}.", ""]
@@ -319,7 +320,8 @@ def driver(args: argparse.Namespace) -> int:
             print(f"[ddp] P={P}: {job['status']}, {job['wall_s']:.1f} s", file=sys.stderr, flush=True)
             jobs.append(job)
     result = {"command": " ".join(["bench/ddp.py", *sys.argv[1:]]), "quick": args.quick,
-              "settings": {"rounds": args.rounds, "retries": args.retries, "noise_threshold_cores": args.noise_threshold,
+              "settings": {"rounds": args.rounds, "retries": args.retries,
+                           "noise_threshold_cores": args.noise_threshold,
                            "min_round_s": args.min_round_s, "P": args.P, "density": args.density},
               "noise_method": harness.describe_method(args.noise_threshold, args.retries),
               "machine": machine.describe(("torch", "numpy")), "total_runtime_s": time.perf_counter() - start,

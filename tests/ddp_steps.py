@@ -82,8 +82,9 @@ def model_residual(hook, d: int, device) -> torch.Tensor:
 
 
 def buckets_async_and_blocking(rank: int, P: int, compressor: str, ddp_args: dict, device: str = "cpu") -> dict:
-    """(`compressor`: a conf/compressor name, or gtopk:strict for the tree with the strict residual rule.) STEPS steps of two DDP models from the same weights and batches, one with the asynchronous hook, one with
-    overlap=False, in rank `rank`. Per step of the asynchronous one: this rank's local gradient g (a copy of the
+    """STEPS steps of two DDP models from the same weights and batches, one with the asynchronous hook, one with
+    overlap=False, in rank `rank` (`compressor`: a conf/compressor name, or gtopk:strict for the tree with the
+    strict residual rule). Per step of the asynchronous one: this rank's local gradient g (a copy of the
     module, no DDP), the residual before (e0) and after (e1) and the averaged gradient DDP left (avg), all in
     model order; the bucket keys the hook reduced, in order; and `passed`: whether the first bucket's reduction,
     held until backward has computed parameter 0's gradient (a later bucket), was let through: only when the
@@ -146,10 +147,6 @@ def buckets_async_and_blocking(rank: int, P: int, compressor: str, ddp_args: dic
             "calls": hook.stats.calls, "buckets": len(hook.buckets), "params": len(hook.params),
             "passed": passed}
     return out
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and np.array_equal(a.view(np.int32), b.view(np.int32))
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
