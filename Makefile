@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup report run test test-fast bench-threads bench-comm alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
+.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ $(TOOLS_STAMP): bench/requirements-tools.txt
 bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads, interleaved (~13 min; OUT=dir)
 	$(PY) bench/dlbench.py --results $(RESULTS_DIR)/dlbench.json --out-dir $(CHARTS_DIR) \
 	  $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
+
+bench-ddp: $(STAMP)  ## DDP hooks on 2 gloo ranks: allreduce, fp16, PowerSGD, ssgd.ddp gTop-k/Top-k async vs blocking, interleaved (~1.5 min; OUT=dir)
+	$(PY) bench/ddp.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~9 min; OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)

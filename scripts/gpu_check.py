@@ -6,7 +6,8 @@ On a machine without a CUDA device it says so in one line and exits 0 having run
 target is safe in any CI). On a GPU machine it runs, each under a timeout:
 
   1. the GPU tests, `pytest -m gpu tests/gpu` (executors on NCCL and with staged CUDA payloads, one GPU per rank
-     under torch.distributed and MPI, training on cuda with every backend, the DDP hook == the trainer on NCCL);
+     under torch.distributed and MPI, training on cuda with every backend, the DDP hook == the trainer on NCCL,
+     the asynchronous hook's CUDA stream path with several buckets);
   2. a short NCCL `backend=torch` run of `src/train.py` (gTop-k, one GPU per rank, 2 ranks when there are 2 GPUs);
   3. the selection benchmark on the GPU (`bench/selection.py --devices cuda --quick`: Top-k vs Gaussian-k,
      Random-k, DGC sampling);

@@ -1,9 +1,15 @@
-"""Our schemes inside your own DistributedDataParallel script: a DDP communication hook with error feedback.
+"""Our schemes inside your own DistributedDataParallel script: an asynchronous DDP communication hook
+with error feedback.
 
     import ssgd.ddp
     model = torch.nn.parallel.DistributedDataParallel(net)          # after dist.init_process_group(...)
     hook = ssgd.ddp.register(model, compressor="gtopk", density=0.001)
     ... train as usual: loss.backward() runs the hook on every gradient bucket ...
+
+or, as PyTorch's own hooks are registered (a `(state, hook)` pair, e.g. PowerSGD's):
+
+    state = ssgd.ddp.hook_state(model, compressor="gtopk", density=0.001)
+    model.register_comm_hook(state, ssgd.ddp.sparse_hook)
 
 For each gradient bucket DDP hands over, on every rank, the hook
   1. lays the bucket's gradients out in the model's parameter order (DDP orders a bucket by when the
@@ -14,19 +20,37 @@ For each gradient bucket DDP hands over, on every rank, the hook
   4. runs the scheme's collective (dense allreduce, sparse allgather, the gTop-k tree) on
      torch.distributed: the same program as the trainer, executed by `ssgd.comm.torch_dist`;
   5. keeps e = u - what counted as sent (for gTop-k: this rank's entries outside the global set);
-  6. returns the averaged bucket, total / P, as a completed `torch.futures.Future`.
+  6. writes the averaged bucket, total / P, and completes the `torch.futures.Future` it returned.
 
-The collective runs synchronously inside the hook (the gradients of later buckets wait), as a
-selection over the bucket needs the whole bucket. Residuals, compressors and their random streams
-belong to a bucket's set of parameters; when DDP rebuilds its buckets, each parameter's residual moves
-to its new bucket (the memory's state is indexed by coordinate), so nothing is lost. The bucket that
-holds the model's first parameter uses the trainer's random stream for (seed, rank): with one bucket
-covering the model (`bucket_cap_mb` above the model's size), a hook step equals the trainer's step
-bitwise (tests/integration/test_ddp_hook.py). docs/gpu-clusters.md compares this hook with PyTorch's
-PowerSGD hook.
+**Asynchronous.** Steps 1-6 run on one communication thread per process (`overlap=True`, the default):
+the hook only queues the bucket and returns a pending future, so backward goes on computing the next
+buckets' gradients while this bucket is compressed and communicated. DDP launches its buckets in bucket
+order on every rank (its reducer marks bucket i ready only after buckets 0..i-1), and the thread works
+its queue first in, first out, so every rank runs the same collectives in the same order; DDP waits for
+every future at the end of backward. The collective programs are not split into asynchronous
+torch.distributed operations, because the gTop-k tree's next message depends on the merge of the last
+one: the thread runs each program as the trainer does, with blocking sends and receives that release
+the interpreter lock. The thread has a process group of its own (the same ranks), because DDP runs
+collectives of its own on the model's group meanwhile (with `find_unused_parameters`, an allreduce of the
+used-parameter map at the end of backward), and two threads posting on one group could post them in a
+different order on different ranks. `overlap=False` runs them inside the hook, on the model's group, and
+returns a completed future.
+Either way the bits are the same (tests/integration/test_ddp_hook.py).
+
+Residuals, compressors and their random streams belong to a bucket's set of parameters; when DDP
+rebuilds its buckets, each parameter's residual moves to its new bucket (the memory's state is indexed
+by coordinate), so nothing is lost. The bucket that holds the model's first parameter uses the trainer's
+random stream for (seed, rank): with one bucket covering the model (`bucket_cap_mb` above the model's
+size), a hook step equals the trainer's step bitwise (tests/integration/test_ddp_hook.py).
+docs/gpu-clusters.md compares this hook with PyTorch's PowerSGD hook (Vogels et al., NeurIPS 2019);
+the schemes are those of Shi et al., "A Distributed Synchronous SGD Algorithm with Global Top-k
+Sparsification for Low Bandwidth Networks" (ICDCS 2019, arXiv:1901.04359, Algorithms 2-3) and Shi, Chu,
+Cheung, See, "Understanding Top-k Sparsification in Distributed Deep Learning" (arXiv:1911.08772, Gaussian-k).
 """
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -61,8 +85,21 @@ class _Bucket:
 
 
 @dataclass
+class _Job:
+    """One bucket call, as the hook queued it: what DDP handed over, and the future to complete."""
+
+    positions: list[int]      # model position of each of the bucket's parameters, in DDP's order
+    grads: list[Tensor]
+    buf: Tensor
+    density: float            # `SparseHook.density` when DDP called the hook
+    future: torch.futures.Future
+    ready: object = None      # CUDA: an event recorded on the caller's stream after the bucket was written
+
+
+@dataclass
 class SparseHook:
-    """The hook's state (`register` builds it): scheme, density, and one `_Bucket` per parameter set."""
+    """The hook's state (`hook_state` and `register` build it): scheme, density, one `_Bucket` per parameter
+    set, and (overlap=True) this process's communication thread, started at the first bucket."""
 
     scheme: Scheme
     density: float            # change it between steps to follow a schedule (e.g. scheme.density(epoch))
@@ -72,6 +109,7 @@ class SparseHook:
     group: dist.ProcessGroup | None = None
     stats: HookStats = field(default_factory=HookStats)
     buckets: dict[tuple[int, ...], _Bucket] = field(default_factory=dict)
+    overlap: bool = True      # compress and communicate on the communication thread (module docstring)
 
     def __post_init__(self) -> None:
         self.position = {id(p): i for i, p in enumerate(self.params)}
@@ -79,17 +117,70 @@ class SparseHook:
         self.rank = dist.get_rank(self.group) if dist.is_initialized() else 0
         self.executor: TorchExecutor | None = None
         self.buffers: dict = {}
+        self.threads = torch.get_num_threads()          # the thread's intra-op threads: the caller's (same bits)
+        self._queue: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
 
     # -- one bucket ------------------------------------------------------------------------------
     def __call__(self, bucket: dist.GradBucket) -> torch.futures.Future:
-        params, grads, buf = bucket.parameters(), bucket.gradients(), bucket.buffer()
-        positions = [self.position[id(p)] for p in params]
+        """Queue `bucket` (overlap=True) or reduce it now; the future completes with its averaged buffer."""
+        buf = bucket.buffer()
+        job = _Job([self.position[id(p)] for p in bucket.parameters()], list(bucket.gradients()), buf,
+                   float(self.density), torch.futures.Future())
+        if not self.overlap:
+            self._run(job)
+            return job.future
+        if buf.is_cuda:
+            job.ready = torch.cuda.Event()
+            job.ready.record(torch.cuda.current_stream(buf.device))
+        self._worker().put(job)
+        return job.future
+
+    def _worker(self) -> queue.SimpleQueue:
+        if self._thread is None or not self._thread.is_alive():
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._serve, args=(self._queue,), name="ssgd-ddp-comm",
+                                            daemon=True)
+            self._thread.start()
+        return self._queue
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        """The communication thread: the queued buckets in order, until `close` queues None."""
+        torch.set_num_threads(self.threads)
+        stream = None
+        while (job := jobs.get()) is not None:
+            try:
+                if job.buf.is_cuda:
+                    torch.cuda.set_device(job.buf.device)
+                    stream = stream or torch.cuda.Stream(job.buf.device)
+                    with torch.cuda.stream(stream):
+                        stream.wait_event(job.ready)
+                        self._reduce(job)
+                        stream.synchronize()     # the bucket is written before DDP reads it on its own stream
+                else:
+                    self._reduce(job)
+            except BaseException as exc:  # noqa: BLE001 -- DDP re-raises it in the caller's backward
+                job.future.set_exception(exc)
+            else:
+                job.future.set_result(job.buf)
+
+    def _run(self, job: _Job) -> None:
+        try:
+            self._reduce(job)
+        except BaseException as exc:  # noqa: BLE001
+            job.future.set_exception(exc)
+            raise
+        job.future.set_result(job.buf)
+
+    def _reduce(self, job: _Job) -> None:
+        """Steps 1-6 of the module docstring for one bucket; writes the average into the bucket."""
+        positions, grads, buf = job.positions, job.grads, job.buf
         order = sorted(range(len(positions)), key=positions.__getitem__)
         in_order = order == list(range(len(order)))
         key = tuple(positions[i] for i in order)
         state = self.buckets.get(key) or self._new_bucket(key, buf.device)
         flat = buf if in_order else torch.cat([grads[i].reshape(-1) for i in order])
-        _, payload = state.sync.compress(flat, self.density)
+        _, payload = state.sync.compress(flat, job.density)
         if self.executor is None:
             self.executor = TorchExecutor(self.group, self.buffers)
         reduced, log = run_torch(self.scheme.collective, payload, executor=self.executor)
@@ -102,9 +193,13 @@ class SparseHook:
                 start = state.offsets[positions[i]]
                 grads[i].copy_(average[start:start + grads[i].numel()].view_as(grads[i]))
         self._count(payload.count, flat.numel(), log)
-        done: torch.futures.Future = torch.futures.Future()
-        done.set_result(buf)
-        return done
+
+    def close(self) -> None:
+        """Stop the communication thread after the buckets already queued (a later bucket starts a new one)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self._thread = None
 
     def _count(self, entries: int, elements: int, log) -> None:
         s = self.stats
@@ -152,22 +247,42 @@ class SparseHook:
         return Scheme.from_config(self.config, derive_seed(self.seed, first, "ddp-bucket"))
 
 
-def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtopk", density: float | None = None,
-             *, seed: int = 0, process_group: dist.ProcessGroup | None = None) -> SparseHook:
-    """Run scheme `compressor` (conf/compressor/<name>.yaml: dense, topk, gtopk, gaussiank, randomk,
-    dgcsampling, or your own) on every gradient bucket of `model` (module docstring); returns the hook's
-    state. `density`: k / d per bucket (None: the file's `density`; the file's per-epoch warm-up is not
-    applied, set `hook.density` yourself to follow one). `seed`: the compressors' random streams (Random-k,
-    DGC sampling), as the trainer's `seed`. `process_group`: the group of `model` (None: the default).
-    ValueError for an unknown scheme or a density outside (0, 1]."""
+def hook_state(model: nn.Module, compressor: str = "gtopk", density: float | None = None, *, seed: int = 0,
+               process_group: dist.ProcessGroup | None = None, overlap: bool = True) -> SparseHook:
+    """The state of the hook for `model` (a DistributedDataParallel model or the module it wraps), to pass
+    with `sparse_hook` to `model.register_comm_hook(state, sparse_hook)`, as PyTorch's hooks take theirs.
+
+    `compressor`: a scheme, conf/compressor/<name>.yaml (dense, topk, gtopk, gaussiank, randomk,
+    dgcsampling, or your own). `density`: k / d per bucket (None: the file's `density`; the file's per-epoch
+    warm-up is not applied, set `state.density` yourself to follow one). `seed`: the compressors' random
+    streams (Random-k, DGC sampling), as the trainer's `seed`. `process_group`: the group of `model` (None:
+    the default). `overlap`: compress and communicate on the communication thread (module docstring), over
+    a new group of the same ranks (`dist.new_group`: call this on every rank of the default group, as
+    `new_group` requires); False: inside the hook, on `process_group`. ValueError for an unknown scheme or a
+    density outside (0, 1]."""
     config = compressor_config(compressor)
     scheme = Scheme.from_config(config, seed)
     rho = check_density(scheme.density.density if density is None else density)
-    params = [p for p in model.module.parameters() if p.requires_grad]
-    hook = SparseHook(scheme, float(rho), params, seed, config, process_group)
-    model.register_comm_hook(hook, _hook)
-    return hook
+    params = [p for p in model.parameters() if p.requires_grad]
+    if overlap:       # the thread's own group: its collectives never interleave with DDP's own on `process_group`
+        process_group = dist.new_group(dist.get_process_group_ranks(process_group or dist.group.WORLD))
+    return SparseHook(scheme, float(rho), params, seed, config, process_group, overlap=overlap)
 
 
-def _hook(state, bucket):      # no annotations: DDP checks them, and this module's are strings
+def sparse_hook(state, bucket):     # annotated below: DDP compares the annotations, and this module's are strings
+    """The DDP communication hook: reduce `bucket` with `state` (a `hook_state`); returns a future of the
+    averaged bucket, pending while the communication thread works on it (state.overlap)."""
     return state(bucket)
+
+
+sparse_hook.__annotations__ = {"state": SparseHook, "bucket": dist.GradBucket,
+                               "return": torch.futures.Future[torch.Tensor]}
+
+
+def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtopk", density: float | None = None,
+             *, seed: int = 0, process_group: dist.ProcessGroup | None = None, overlap: bool = True) -> SparseHook:
+    """Run scheme `compressor` on every gradient bucket of `model` (module docstring): builds
+    `hook_state(model, ...)` (same arguments), registers it with `sparse_hook`, and returns the state."""
+    state = hook_state(model, compressor, density, seed=seed, process_group=process_group, overlap=overlap)
+    model.register_comm_hook(state, sparse_hook)
+    return state

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import collective_checks as checks
-from ddp_steps import same_bits, trainer_and_hook
+from ddp_steps import buckets_async_and_blocking, same_bits, trainer_and_hook
 from torch_ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +108,25 @@ def test_ddp_hook_on_nccl_equals_the_trainer(compressor, tmp_path):
     for rank, r in enumerate(out):
         assert all(same_bits(a, b) for a, b in zip(r["trainer"], r["hook"])), f"rank {rank}: weights differ"
         assert same_bits(r["trainer_e"], r["hook_e"]), f"rank {rank}: residuals differ"
+
+
+@pytest.mark.parametrize("compressor", ["gtopk:strict", "topk"])
+def test_async_ddp_hook_on_nccl_with_several_buckets(compressor):
+    """The asynchronous hook's CUDA path (its communication thread on its own CUDA stream, waiting on an event of
+    backward's stream): as on CPU, it returns to backward before reducing, equals the blocking hook bitwise, keeps
+    bucket order on every rank and conserves error feedback."""
+    args = {"bucket_cap_mb": 0.2, "find_unused_parameters": True}
+    out = run_ranks(P_GPU, buckets_async_and_blocking, (compressor, args, "cuda"), timeout=240, backend="nccl")
+    for rank, r in enumerate(out):
+        a, b = r["async"], r["blocking"]
+        assert a["passed"] == [True] and b["passed"] == [False]
+        assert a["keys"] == out[0]["async"]["keys"] and a["calls"] == 2 * len(a["steps"])
+        assert all(same_bits(x, y) for x, y in zip(a["weights"], b["weights"])), f"rank {rank}: async != blocking"
+    for step in range(len(out[0]["async"]["steps"])):
+        rows = [r["async"]["steps"][step] for r in out]
+        sent = sum(x["g"].astype("float64") + x["e0"] for x in rows)
+        kept = P_GPU * rows[0]["avg"].astype("float64") + sum(x["e1"].astype("float64") for x in rows)
+        assert abs(sent - kept).max() <= 1e-5 * max(abs(sent).max(), 1e-12), step
 
 
 def test_the_ddp_example_on_nccl(tmp_path):

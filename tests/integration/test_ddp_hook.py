@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import group_options
-from ddp_steps import STEPS, same_bits, trainer_and_hook
+from ddp_steps import STEPS, buckets_async_and_blocking, hook_error, same_bits, trainer_and_hook
 from torch_ranks import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +44,62 @@ def test_several_buckets_train_and_the_ranks_agree(tmp_path):
     assert all(same_bits(a, b) for a, b in zip(out[0]["hook"], out[1]["hook"]))
     assert all(np.isfinite(a).all() for a in out[0]["hook"])
     assert not all(same_bits(a, b) for a, b in zip(out[0]["trainer"], out[0]["hook"]))
+
+
+@pytest.mark.parametrize("how", ["pair", "blocking"])
+@pytest.mark.parametrize("compressor", ["gtopk", "topk", "gaussiank"])
+def test_on_three_ranks_the_pair_and_the_blocking_hook_equal_the_trainer(compressor, how, tmp_path):
+    """P = 3 (gTop-k's tree with a rank that has no partner in the last round): one bucket, the hook attached as
+    PyTorch's hooks are (`register_comm_hook(hook_state(...), sparse_hook)`, asynchronous) or with overlap=False;
+    weights and residuals equal the trainer's bitwise after STEPS steps."""
+    out = run_ranks(3, trainer_and_hook, (compressor, str(tmp_path), {"bucket_cap_mb": 100}, "cpu", how), timeout=120)
+    for rank, r in enumerate(out):
+        assert r["buckets"] == 1 and r["calls"] == STEPS and r["overlap"] == (how == "pair")
+        assert all(same_bits(a, b) for a, b in zip(r["trainer"], r["hook"])), f"rank {rank}: weights differ"
+        assert same_bits(r["trainer_e"], r["hook_e"]), f"rank {rank}: residuals differ"
+
+
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("compressor", ["gtopk", "gtopk:strict", "topk"])
+def test_several_buckets_overlap_backward_and_keep_order_bits_and_error_feedback(compressor, P):
+    """bucket_cap_mb=0.2 with find_unused_parameters=True: two buckets, rebuilt after the first iteration.
+    Asynchronous hook: (1) it returns to backward before reducing: the first bucket's reduction is held until
+    backward has computed parameter 0's gradient (in the other bucket), which a hook that reduces inside the call
+    (overlap=False, the control) never lets happen; (2) every rank reduced the same buckets in the same order, each
+    step covering every parameter once; (3) its weights equal the blocking hook's bitwise, on every rank, and the
+    ranks agree; (4) error feedback is conserved per step: sum over ranks of (g + e_before) = P * average +
+    sum over ranks of e_after (no bucket loses or double-counts a residual), to float32 rounding. (4) does not hold
+    for gTop-k's default `released` residual rule once a tree has intermediate merges (P = 3: a value dropped in a
+    merge is neither applied nor kept, ssgd.comm.gtopk), so there it is checked with the `strict` rule."""
+    args = {"bucket_cap_mb": 0.2, "find_unused_parameters": True}
+    out = run_ranks(P, buckets_async_and_blocking, (compressor, args), timeout=150)
+    for rank, r in enumerate(out):
+        a, b = r["async"], r["blocking"]
+        assert a["passed"] == [True] and b["passed"] == [False], f"rank {rank}: {a['passed']} {b['passed']}"
+        assert a["buckets"] == 2 and a["calls"] == 2 * STEPS
+        assert a["keys"] == out[0]["async"]["keys"], f"rank {rank} reduced its buckets in another order"
+        for step in range(STEPS):
+            keys = a["keys"][2 * step:2 * step + 2]
+            assert sorted(i for k in keys for i in k) == list(range(a["params"]))
+        assert all(same_bits(x, y) for x, y in zip(a["weights"], b["weights"])), f"rank {rank}: async != blocking"
+        assert all(same_bits(x, y) for x, y in zip(a["weights"], out[0]["async"]["weights"]))
+    if compressor == "gtopk" and P > 2:
+        return
+    for step in range(STEPS):
+        rows = [r["async"]["steps"][step] for r in out]
+        sent = sum(x["g"].astype(np.float64) + x["e0"] for x in rows)
+        kept = P * rows[0]["avg"].astype(np.float64) + sum(x["e1"].astype(np.float64) for x in rows)
+        assert all(same_bits(x["avg"], rows[0]["avg"]) for x in rows)
+        scale = max(np.abs(sent).max(), 1e-12)
+        assert np.abs(sent - kept).max() <= 1e-5 * scale, (step, np.abs(sent - kept).max(), scale)
+        assert np.abs(rows[0]["e1"]).max() > 0            # a residual is kept (the check is not vacuous)
+
+
+def test_an_error_on_the_communication_thread_reaches_backward():
+    """The thread completes the bucket's future with the exception: loss.backward() raises it on every rank
+    instead of waiting forever, and the next step is served."""
+    for text in run_ranks(2, hook_error, (), timeout=60):
+        assert "bucket refused" in text and text.endswith("| calls 1"), text
 
 
 @pytest.mark.slow

