@@ -1,0 +1,95 @@
+"""bench/testbed.py and bench/testbed_e2e.py: the arithmetic that turns measured collectives and runs into their
+tables (model error, physical floor, time to accuracy), pinned against hand computations. The measurements
+themselves need the testbed and are benchmarks, not tests."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+
+def load(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+testbed = load("testbed")
+e2e = load("testbed_e2e")
+harness = load("harness")
+
+
+@pytest.mark.parametrize("bw, rate", [("1gbit", 125e6), ("10gbit", 1.25e9), ("100mbit", 12.5e6),
+                                      ("2.5gbit", 312.5e6), ("125mbps", 125e6)])
+def test_tc_rates_in_bytes_per_second(bw, rate):
+    assert testbed.rate_bytes_per_s(bw) == pytest.approx(rate)
+
+
+def test_a_bad_rate_is_refused():
+    with pytest.raises(ValueError, match="BW='fast'"):
+        testbed.rate_bytes_per_s("fast")
+
+
+def case(P: int, d: int, name: str, seconds: list[float], entries: list[int], sent: list[int]) -> dict:
+    rounds = [harness.Round(i, {name: s}, 0.0, False, 1, s) for i, s in enumerate(seconds)]
+    series = harness.Series([name], rounds, 0.2, 0, 1)
+    return {"P": P, "d": d, "k": max(int(d * 0.001), 1), "series": series.to_json(),
+            "counted": {name: {"entries_by_rank": entries, "bytes_by_rank_measured": sent}}}
+
+
+def test_dense_row_model_error_and_floor_by_hand():
+    """P = 4 ring allreduce of d = 1M float32: 2(P-1) = 6 messages of d/4 elements; each rank sends 1.5 x 4d bytes."""
+    d, P = 2**20, 4
+    fit = {"alpha": 1e-4, "beta": 8e-9}
+    sent = [6 * d] * P                                        # 2(P-1) chunks of d/P elements x 4 bytes
+    (row,) = testbed.rows_of(case(P, d, "dense_allreduce", [0.070, 0.060, 0.080], [d] * P, sent), "1gbit", fit)
+    modelled = 6 * (1e-4 + d * 8e-9)                          # 6 steps of one d/4-element (d bytes) chunk
+    floor = 6 * d / 125e6 + 6 * 1e-4
+    assert row["critical_messages"] == 6 and row["busiest_link_bytes"] == 6 * d
+    assert row["modelled_ms"] == pytest.approx(1e3 * modelled)
+    assert row["model_error"] == pytest.approx(modelled / 0.070 - 1)
+    assert row["floor_ms"] == pytest.approx(1e3 * floor)
+    assert row["ratio_to_floor"] == pytest.approx(0.070 / floor)
+    assert (row["measured_lo_ms"], row["measured_hi_ms"]) == pytest.approx((60.0, 80.0))
+
+
+def test_gtopk_row_counts_both_trees():
+    """gTop-k at P = 4: 2 reduce rounds + 2 broadcast rounds of 8k bytes on the critical path."""
+    d, P, k = 2**20, 4, 1048
+    fit = {"alpha": 1e-4, "beta": 8e-9}
+    (row,) = testbed.rows_of(case(P, d, "gtopk_allreduce", [0.002], [k] * P, [16 * k, 8 * k, 16 * k, 8 * k]),
+                             "1gbit", fit)
+    assert row["critical_messages"] == 4
+    assert row["modelled_ms"] == pytest.approx(1e3 * 4 * (1e-4 + 8 * k * 8e-9))
+    assert row["floor_ms"] == pytest.approx(1e3 * (16 * k / 125e6 + 4 * 1e-4))
+
+
+def test_summary_counts_points_within_the_tolerance():
+    rows = [{"collective": "dense_allreduce", "d": 2**20, "P": 2, "model_error": 0.10, "ratio_to_floor": 1.1,
+             "noisy": False},
+            {"collective": "gtopk_allreduce", "d": 2**20, "P": 2, "model_error": -0.5, "ratio_to_floor": 3.0,
+             "noisy": True}]
+    text = "\n".join(testbed.summary(rows))
+    assert "1 of 2 (P, d, collective) points" in text and "at most 3.00" in text and "1 of 2 within the goal" in text
+    assert "1 of 2 points were measured while other processes" in text
+
+
+def test_time_to_target_sums_logged_intervals():
+    records = [{"step": 10, "time/step_s": 0.02}, {"step": 20, "time/step_s": 0.04}, {"step": 31, "val/acc": 0.5},
+               {"step": 30, "time/step_s": 0.01}, {"step": 62, "val/acc": 0.91}]
+    assert e2e.time_to_target(records, 0.9) == (62, pytest.approx(10 * 0.02 + 10 * 0.04 + 10 * 0.01))
+    assert e2e.time_to_target(records, 0.95) == (None, None)
+
+
+def test_e2e_cells_say_how_many_seeds_missed():
+    assert e2e.cell([1.0, 3.0, None], ".1f") == "2.0 [1.0-3.0] (1 of 3 not reached)"
+    assert e2e.cell([None], ".1f") == "not reached"
