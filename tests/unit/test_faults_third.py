@@ -178,7 +178,7 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path):
     first = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", f"hydra.run.dir={run}",
                   WANDB_MODE="disabled")
     assert first.returncode == 0, first.stderr
-    files = ("summary.json", "metrics.jsonl", FILENAME)
+    files = ("summary.json", "metrics.jsonl", FILENAME, "train.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
     before = {name: (run / name).read_bytes() for name in files}
     again = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
                   f"hydra.run.dir={run}", WANDB_MODE="disabled")
@@ -188,3 +188,87 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path):
     longer = train("trainer.max_steps=3", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
                    f"hydra.run.dir={run}", WANDB_MODE="disabled")      # extending it is still a resume
     assert longer.returncode == 0 and json.loads((run / "summary.json").read_text())["steps"] == 3
+
+
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` and its bytes (None for a folder): the oracle of "not a byte changed"."""
+    return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes()) for p in sorted(folder.rglob("*"))}
+
+
+def test_giving_a_taken_folder_back_restores_every_byte(tmp_path):
+    from ssgd.run.rundir import take_run_dir
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    (run / "train.log").write_text("first run\n")
+    (run / FILENAME).write_bytes(b"ckpt")
+    before = tree(run)
+    taken = take_run_dir(run, "auto", False)
+    (run / ".hydra" / "config.yaml").write_text("seed: 2\n")          # what Hydra does at every start
+    (run / ".hydra" / "hydra.yaml").write_text("new\n")
+    with open(run / "train.log", "a") as f:
+        f.write("error: refused\n")
+    (run / "mpi" / "heartbeat").mkdir(parents=True)
+    (run / "mpi" / "heartbeat" / "rank0.json").write_text("{}")
+    (run / "worker_config.yaml").write_text("x")
+    taken.give_back()
+    assert tree(run) == before
+    os.close(taken.fd)
+    fresh = tmp_path / "a" / "b" / "c"
+    taken = take_run_dir(fresh, None, False)
+    (fresh / ".hydra").mkdir()
+    (fresh / "train.log").write_text("error: x\n")
+    taken.give_back()
+    assert not (tmp_path / "a").exists()                                # every folder it created, gone
+
+
+def test_a_folder_another_run_holds_is_refused_before_anything_is_written(tmp_path):
+    from ssgd.run.rundir import take_run_dir
+    run = tmp_path / "run"
+    first = take_run_dir(run, None, False)
+    with pytest.raises(ConfigError) as err:
+        take_run_dir(run, "auto", False)                # it would pass the emptiness test: the lock refuses it
+    assert str(err.value) == (f"hydra.run.dir={run}: another run is using this directory right now (it holds its "
+                              "lock); wait for it to end, or choose another directory with hydra.run.dir=...")
+    assert tree(run) == {}
+    os.close(first.fd)                                  # the run ended (the kernel drops the lock however it ends)
+    os.close(take_run_dir(run, "auto", False).fd)
+
+
+def test_a_refused_run_writes_nothing_into_its_folder(tmp_path):
+    run = tmp_path / "new" / "run"
+    refused = train("compressor.density=1.5", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert not (tmp_path / "new").exists()              # not even the folders (was: .hydra/ and train.log)
+    run.mkdir(parents=True)
+    refused = train("compressor.density=1.5", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert refused.returncode == 2 and tree(run) == {}
+    done = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", f"hydra.run.dir={run}",
+                 WANDB_MODE="disabled")                  # the next correct run into it is not refused
+    assert done.returncode == 0, done.stderr
+    before = tree(run)
+    refused = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
+                    "optimizer.lr=0.05", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert refused.returncode == 2 and "written by a run with optimizer.lr=0.1" in refused.stderr
+    assert tree(run) == before                           # .hydra/config.yaml still says lr 0.1, train.log as it was
+
+
+def test_two_runs_started_at_once_into_one_folder(tmp_path):
+    import subprocess
+    import sys
+    run = tmp_path / "run"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "src" / "train.py"), f"seed={seed}", "trainer.max_steps=2",
+                               "trainer.resume=auto", f"hydra.run.dir={run}"], cwd=ROOT, text=True,
+                              env={**clean, "WANDB_MODE": "disabled"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for seed in (1, 2)]
+    outs = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    statuses = sorted(status for status, _, _ in outs)
+    assert statuses == [0, 2], outs
+    winner = next(seed for seed, (status, _, _) in zip((1, 2), outs) if status == 0)
+    line = next(err for status, _, err in outs if status == 2).strip()
+    assert "\n" not in line, line       # the lock refused it, or (the other ran first) the finished run's seed did
+    assert (line == f"error: hydra.run.dir={run}: another run is using this directory right now (it holds its lock); "
+            "wait for it to end, or choose another directory with hydra.run.dir=..."
+            or "written by a run with seed=" in line), line
+    assert f"seed: {winner}\n" in (run / ".hydra" / "config.yaml").read_text()    # the refused one wrote nothing

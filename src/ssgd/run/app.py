@@ -6,7 +6,8 @@
     python src/train.py -m compressor=dense,topk,gtopk    # Hydra multirun (also glob(*), choice(...), range(...))
 
 Outputs go to the Hydra run directory (unique per run): .hydra/ (composed config), train.log (every line
-the run logs), metrics.jsonl, summary.json, wandb/ (offline). Returns the final val/acc (the objective of
+the run logs), metrics.jsonl, summary.json, wandb/ (offline). A refused run (exit status 2) leaves that
+directory as it found it (`ssgd.run.rundir.give_back`). Returns the final val/acc (the objective of
 `hydra/sweeper=optuna`). Exit status (docs/faults.md): 0 ok, 2 bad input (one line on stderr),
 3 diverged, 130/143 interrupted by SIGINT/SIGTERM (after a checkpoint), other non-zero: a rank failed.
 A multirun runs every point, records a failed point's line in its folder's error.txt, prints a table of
@@ -96,6 +97,7 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
             trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
         except AlreadyFinished as done:         # resuming a finished run: say so, change nothing
             log.info(str(done))
+            ssgd.run.rundir.give_back()        # not even .hydra/ or train.log
             return final_val_acc(done.summary)
         phases.mark("build (data, model, world)")
         try:
@@ -143,6 +145,8 @@ def main(cfg: DictConfig) -> float | PointFailed:
         log.error(f"error: {err}")
         if multirun and not isinstance(err, Interrupted):   # the sweep goes on (an interrupt stops it)
             return record_failure(run_dir, status, str(err))
+        if status == EXIT_BAD_INPUT:          # refused: the run folder goes back to what it was
+            ssgd.run.rundir.give_back()
         sys.exit(status)
     except Exception as err:
         if not multirun:
