@@ -272,3 +272,63 @@ def test_two_runs_started_at_once_into_one_folder(tmp_path):
             "wait for it to end, or choose another directory with hydra.run.dir=..."
             or "written by a run with seed=" in line), line
     assert f"seed: {winner}\n" in (run / ".hydra" / "config.yaml").read_text()    # the refused one wrote nothing
+
+
+def test_the_heartbeat_watch_names_the_first_rank_whose_beat_stopped(tmp_path):
+    """The launcher's judgement (`ssgd.run.heartbeat.Watch`) on its own clock: stale means the beat counter
+    did not change for more than mpi.timeout_s; a rank that says `done` is never judged."""
+    from ssgd.run.heartbeat import STARTUP_S, Heartbeat, Watch, record_path
+    now = [100.0]
+    watch = Watch(tmp_path, 3, timeout_s=5.0, clock=lambda: now[0])
+    beats = [Heartbeat(tmp_path, r) for r in range(3)]
+    for b in beats:
+        b.write()
+    beats[2].done()
+    assert watch.stale() is None
+    now[0] += 4.0
+    beats[0].write()                                          # rank 0 alive, rank 1 silent for 4 s
+    assert watch.stale() is None
+    now[0] += 1.5                                             # rank 1 silent 5.5 s > 5 s; rank 0 for 1.5 s
+    rank, record, seconds = watch.stale()
+    assert (rank, seconds, record["beat"], record["phase"]) == (1, 5.5, 1, "start")
+    assert json.loads(record_path(tmp_path, 1).read_text()) == record
+    line = watch.line(rank, record, seconds)
+    assert line.startswith(f"backend=mpi: rank 1 on host {beats[1].host} made no progress for 6 s (mpi.timeout_s=5): "
+                           f"its last heartbeat (pid {os.getpid()}) was at step 0, phase start;") and "\n" not in line
+    now[0] += 100.0                                           # rank 2 finished long ago: still never judged
+    beats[0].write()
+    beats[1].write()
+    assert watch.stale() is None
+    silent = Watch(tmp_path / "none", 1, timeout_s=5.0, clock=lambda: now[0])
+    now[0] += 5.0 + STARTUP_S - 0.1
+    assert silent.stale() is None
+    now[0] += 0.2
+    assert silent.stale()[:2] == (0, None) and "never wrote a heartbeat" in silent.line(0, None, 35.1)
+
+
+def test_a_world_wrapped_by_the_heartbeat_reports_each_collective():
+    from ssgd.run.heartbeat import Heartbeat, wrap_world
+    seen = []
+
+    class World:
+        def allgather(self, items):
+            seen.append(beat.phase)
+            return items
+
+        def barrier(self):
+            seen.append(beat.phase)
+
+    beat = Heartbeat(Path("unused"), 0)
+    world = World()
+    wrap_world(world, beat)
+    beat.phase = "compute"
+    assert world.allgather([3]) == [3] and world.barrier() is None
+    assert seen == ["collective:allgather", "collective:barrier"] and beat.phase == "compute"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
+def test_a_bad_mpi_timeout_is_one_line(value):
+    with pytest.raises(ConfigError) as err:
+        build.spec(make_cfg(f"mpi.timeout_s={value}"))
+    assert str(err.value) == f"mpi.timeout_s={float(value)!r}: must be a finite number > 0 (seconds)"
+    assert build.spec(make_cfg()).config.mpi.timeout_s == 300.0

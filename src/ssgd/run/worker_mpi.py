@@ -120,15 +120,21 @@ def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
     `MPIWorld`; `ssgd.run.worker_torch` passes a TorchWorld). A rank that ends alone (an exception) ends the
     job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
     from ssgd.loop.stop import StopRequest
+    from ssgd.run.heartbeat import start_from_env
     from ssgd.run.orphans import watch_parent
 
     watch_parent()                            # the launcher died (kill -9, SIGHUP, OOM): stop, never orphan
+    beat = start_from_env()                   # the launcher's mpi.timeout_s watch (ssgd.run.heartbeat)
     stop = StopRequest()
-    with stop.installed():                    # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
-        return _main(argv, stop, make_world)
+    try:
+        with stop.installed():                # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
+            return _main(argv, stop, make_world, beat)
+    finally:
+        if beat is not None:
+            beat.done()
 
 
-def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
+def _main(argv: list[str], stop, make_world: Callable[[], Any] | None, beat=None) -> int:
     from ssgd.run import build
     from ssgd import config
     from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError, Interrupted
@@ -141,6 +147,9 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
     if make_world is None:
         from ssgd.worlds.mpi import MPIWorld as make_world
     world = make_world()
+    if beat is not None:
+        from ssgd.run.heartbeat import wrap_world
+        wrap_world(world, beat)
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
     path = Path(argv[0])
@@ -174,6 +183,9 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
             report_end(*first, run_dir, say=True)
         end_together(world, first[0])
     inject_fault(trainer, world.rank, cfg.debug)
+    if beat is not None:
+        beat.track(trainer)
+        beat.phase = "compute"
     try:
         summary = trainer.fit()
     except Interrupted as err:
