@@ -332,3 +332,53 @@ def test_a_bad_mpi_timeout_is_one_line(value):
         build.spec(make_cfg(f"mpi.timeout_s={value}"))
     assert str(err.value) == f"mpi.timeout_s={float(value)!r}: must be a finite number > 0 (seconds)"
     assert build.spec(make_cfg()).config.mpi.timeout_s == 300.0
+
+
+def test_a_rendezvous_port_in_use_is_one_line_naming_the_key_and_a_free_port():
+    import re
+    import socket
+    from ssgd.worlds.rendezvous import check_port_free
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ConfigError) as err:
+            check_port_free(port)
+        line = str(err.value)
+        assert line.startswith(f"dist.master_port={port}: port {port} is already in use on this host (EADDRINUSE")
+        assert line.endswith("or dist.master_port=null (a free port for each run)")
+        suggested = int(re.search(r"e\.g\. dist\.master_port=(\d+)", line).group(1))
+        assert suggested != port
+        with socket.socket() as probe:                  # the oracle: the port it suggests can be bound
+            probe.bind(("", suggested))
+    check_port_free(port)                               # closed: free again
+
+
+def test_a_torch_rank_whose_port_is_taken_says_so_in_one_line():
+    import socket
+    from ssgd.worlds.rendezvous import LocalRank, Ranks
+    from ssgd.worlds.torch_dist import TorchWorld
+    cfg = make_cfg("backend=torch", "dist.timeout_s=10")
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        world = TorchWorld(Ranks(0, 1, LocalRank(0, 1, "test"), "test"),
+                           environ={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        with pytest.raises(ConfigError, match=rf"^MASTER_PORT={port}: port {port} is already in use on this host "
+                                              r"\(EADDRINUSE.*or unset MASTER_PORT \(then dist.master_port"):
+            world.prepare(cfg)
+
+
+def test_train_with_a_master_port_in_use_exits_2_with_one_line(tmp_path):
+    import socket
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = train("backend=torch", "cluster.world_size=2", "trainer.max_steps=1", f"dist.master_port={port}",
+                     f"hydra.run.dir={tmp_path / 'run'}", WANDB_MODE="disabled")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr      # was: exit 1, three lines, "backend=None"
+    assert proc.stderr.startswith(f"error: dist.master_port={port}: port {port} is already in use on this host")
+    assert not (tmp_path / "run").exists()

@@ -24,7 +24,6 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ssgd.errors import ConfigError
 from ssgd.run.launch_mpi import prepare, worker_env
-from ssgd.worlds.rendezvous import LocalRank, rank_device
+from ssgd.worlds.rendezvous import LocalRank, check_port_free, free_port, rank_device
 
 log = logging.getLogger("ssgd.train")
 POLL_S = 0.05          # how often the launcher looks at its ranks
@@ -43,12 +42,6 @@ GRACE_S = 5.0          # SIGTERM -> SIGKILL for the ranks still running after on
 
 def worker_command(config_path: Path) -> list[str]:
     return [sys.executable, "-m", "ssgd.run.worker_torch", str(config_path)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_env(base: dict[str, str], rank: int, P: int, port: int) -> dict[str, str]:
@@ -169,6 +162,8 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     port = int(OmegaConf.select(cfg, "dist.master_port") or free_port())
     base = worker_env(local=True)
     remote = host_ranks(cfg, base, config_path, port)
+    if remote is None and OmegaConf.select(cfg, "dist.master_port"):
+        check_port_free(port)                 # rank 0 listens here: one line now, not a rank's traceback
     procs: list[subprocess.Popen] = []
     try:       # SIGTERM, SIGHUP: stop the ranks too, not only this process
         previous = {s: signal.signal(s, _terminated) for s in (signal.SIGTERM, signal.SIGHUP)}

@@ -172,7 +172,7 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None, beat=None
     except (ConfigError, Interrupted) as err:
         problem = (err.status if isinstance(err, Interrupted) else EXIT_BAD_INPUT, str(err))
     except Exception as err:
-        problem = (EXIT_FAILED, failure(err, world.rank, run_dir, world.backend))
+        problem = (EXIT_FAILED, failure(err, world.rank, run_dir, world.backend or type(world).backend))
     if problem is not None and not world.in_group:   # torch.distributed before its group: each rank alone
         report_end(*problem, run_dir, say=world.is_root)
         return problem[0]
