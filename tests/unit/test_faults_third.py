@@ -382,3 +382,31 @@ def test_train_with_a_master_port_in_use_exits_2_with_one_line(tmp_path):
     assert proc.stderr.strip().count("\n") == 0, proc.stderr      # was: exit 1, three lines, "backend=None"
     assert proc.stderr.startswith(f"error: dist.master_port={port}: port {port} is already in use on this host")
     assert not (tmp_path / "run").exists()
+
+
+GLOO = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:37794: "
+        "Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application. "
+        "Check the logs of the remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f")
+
+
+def test_gloos_banner_is_kept_out_of_a_ranks_line(tmp_path):
+    from ssgd.run.worker_mpi import failure, without_banners
+    assert without_banners(GLOO) == "Read error [127.0.0.1]:37794: Connection reset by peer."
+    assert without_banners("ValueError: plain [x] text") == "ValueError: plain [x] text"     # nothing else is cut
+    try:
+        raise RuntimeError(GLOO)
+    except RuntimeError as err:
+        line = failure(err, 0, tmp_path, "gloo")
+    trace = tmp_path / "mpi" / "rank0-traceback.txt"
+    assert line == ("backend=gloo: rank 0 failed: RuntimeError: Read error [127.0.0.1]:37794: Connection reset by "
+                    f"peer. (traceback in {trace})")
+    assert "GLHF" in trace.read_text()                   # the whole message stays in the traceback file
+
+
+@pytest.mark.slow
+def test_a_killed_torch_rank_leaves_no_banner_on_stderr(tmp_path):
+    proc = train("backend=torch", "cluster.world_size=2", "trainer.max_steps=20", "debug.fail_rank=1",
+                 "debug.fail_step=3", "debug.fail_mode=kill", f"hydra.run.dir={tmp_path / 'run'}", WANDB_MODE="disabled")
+    assert proc.returncode == 1, proc.stderr
+    assert "rank 1 was killed by signal 9 (SIGKILL)" in proc.stderr
+    assert "GLHF" not in proc.stderr and "third_party" not in proc.stderr, proc.stderr

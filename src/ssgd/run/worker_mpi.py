@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -83,6 +84,21 @@ def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
         f.write(f"{status}\t{message}\n")
 
 
+# Third-party text kept out of the one line (the traceback file keeps it): gloo's advice and sign-off
+# ("This is typically caused by a remote worker hanging ... GLHF! <emoji>") and C++ source locations
+# of the library's build ("[/__w/pytorch/pytorch/third_party/gloo/.../pair.cc:545] ").
+BANNERS = (re.compile(r"\s*This is typically caused by .*?GLHF!\S*(\s*[^\x00-\x7f]+)?"),
+           re.compile(r"\s*GLHF!\S*(\s*[^\x00-\x7f]+)?"),
+           re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cxx|c|h|hpp|cu):\d+\]\s*"))
+
+
+def without_banners(text: str) -> str:
+    """`text` without the BANNERS of the libraries a rank runs (gloo's), with spaces tidied."""
+    for banner in BANNERS:
+        text = banner.sub(" ", text)
+    return " ".join(text.split())
+
+
 def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> str:
     """The one line for an exception on this rank; its traceback goes to <run dir>/mpi/rank<r>-traceback.txt."""
     from ssgd.run.launch_mpi import ENDED_FILE
@@ -93,7 +109,7 @@ def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> s
         path.write_text(traceback.format_exc())
     except OSError:
         pass
-    first = f"{type(err).__name__}: {err}".strip().splitlines()[0]
+    first = without_banners(f"{type(err).__name__}: {err}".strip().splitlines()[0])
     return f"backend={backend}: rank {rank} failed: {first} (traceback in {path})"
 
 
