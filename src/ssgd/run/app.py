@@ -77,16 +77,13 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
         log_figure(run_dir)
         return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
     if spec.config.backend is Backend.torch:     # P local torch.distributed ranks (ssgd.run.launch_torch)
-        from ssgd.run.launch_torch import run as run_torch
+        from ssgd.run.launch_torch import ending, run as run_torch
 
         status = run_torch(cfg, run_dir)
         phases.mark("torch job")
-        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM), exit_status(signal.SIGHUP)):
-            raise Interrupted(f"backend=torch: interrupted; the ranks were stopped (exit status {status})", status,
-                              step=-1, checkpoint=None)
-        if status != 0:
-            raise RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)",
-                           status)
+        ended = ending(status, run_dir)          # the ranks' one line (interrupted, refused, failed)
+        if ended is not None:
+            raise ended
         summary_path = run_dir / "summary.json"   # absent when dist.launch=false only printed the commands
         if summary_path.exists():
             log_figure(run_dir)

@@ -176,6 +176,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
         line = reported[1] if reported and reported[0] in asked else \
             f"interrupted by {name}: stopped mpiexec and its {P} ranks before they reached a step boundary; no " \
             "checkpoint was written"
+        line = re.sub(r"^interrupted by SIG\w+", f"interrupted by {name}", line)   # SIGHUP reached them as SIGTERM
         raise Interrupted(line, exit_status(stopper.signum), step=-1, checkpoint=None)
     if status == 0:
         return

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -31,8 +32,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ssgd.errors import ConfigError
-from ssgd.run.launch_mpi import prepare, worker_env
+from ssgd.errors import ConfigError, Interrupted, RunEnded
+from ssgd.loop.stop import exit_status
+from ssgd.run.launch_mpi import ENDED_ENV, ENDED_FILE, prepare, read_ended, worker_env
 from ssgd.worlds.rendezvous import LocalRank, check_port_free, free_port, rank_device
 
 log = logging.getLogger("ssgd.train")
@@ -160,7 +162,10 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     config_path = prepare(cfg, run_dir)
     P = int(cfg.cluster.world_size)
     port = int(OmegaConf.select(cfg, "dist.master_port") or free_port())
-    base = worker_env(local=True)
+    ended = run_dir / ENDED_FILE                # the ranks' report of how the job ended (`ending`)
+    ended.parent.mkdir(parents=True, exist_ok=True)
+    ended.unlink(missing_ok=True)
+    base = {**worker_env(local=True), ENDED_ENV: str(ended)}
     remote = host_ranks(cfg, base, config_path, port)
     if remote is None and OmegaConf.select(cfg, "dist.master_port"):
         check_port_free(port)                 # rank 0 listens here: one line now, not a rank's traceback
@@ -197,6 +202,28 @@ class Terminated(Exception):
 
 def _terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
+
+
+INTERRUPTS = {exit_status(s): s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+
+def ending(status: int, run_dir: Path) -> RunEnded | None:
+    """How a launched job ended, as the one line src/train.py raises (None: it finished). The ranks wrote their
+    line to `<run dir>/mpi/ended.txt` (the first rank wins) instead of stderr; an interrupt's line names the
+    signal the launcher got (SIGHUP reaches the ranks as SIGTERM)."""
+    if status == 0:
+        return None
+    reported = read_ended(run_dir / ENDED_FILE)
+    if status in INTERRUPTS:
+        name = signal.Signals(INTERRUPTS[status]).name
+        line = reported[1] if reported and reported[1].startswith("interrupted by ") else \
+            f"backend=torch: interrupted by {name}; the ranks were stopped before they reached a step boundary " \
+            f"(exit status {status}); no checkpoint was written"
+        return Interrupted(re.sub(r"^interrupted by SIG\w+", f"interrupted by {name}", line), status, step=-1,
+                           checkpoint=None)
+    if reported is not None:
+        return RunEnded(reported[1], status)
+    return RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)", status)
 
 
 def print_commands(cfg: DictConfig, run_dir: Path) -> None:
