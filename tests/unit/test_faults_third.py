@@ -220,6 +220,19 @@ def test_giving_a_taken_folder_back_restores_every_byte(tmp_path):
     (fresh / "train.log").write_text("error: x\n")
     taken.give_back()
     assert not (tmp_path / "a").exists()                                # every folder it created, gone
+    os.close(taken.fd)
+    for progress in ("metrics", "started"):             # past its refusals: an error then keeps every byte
+        run = tmp_path / progress
+        taken = take_run_dir(run, None, False)
+        (run / "train.log").write_text("step 1\nerror: No space left on device\n")
+        if progress == "metrics":
+            (run / "metrics.jsonl").write_text('{"step": 1}\n')
+        else:
+            taken.started = True
+        after = tree(run)
+        taken.give_back()
+        assert tree(run) == after and after
+        os.close(taken.fd)
 
 
 def test_a_folder_another_run_holds_is_refused_before_anything_is_written(tmp_path):

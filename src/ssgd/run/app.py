@@ -97,6 +97,7 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
             ssgd.run.rundir.give_back()        # not even .hydra/ or train.log
             return final_val_acc(done.summary)
         phases.mark("build (data, model, world)")
+        ssgd.run.rundir.started()              # past every refusal: an error from here keeps the folder as it is
         try:
             summary = trainer.fit()
             phases.mark("train")

@@ -12,7 +12,8 @@ A single run also takes the directory before Hydra writes anything (`take_run_di
 however it ends), so a second run started into the same folder at the same time is refused before it
 writes a byte, and a note of what the folder held (`Taken`). A run that is then refused (exit status 2:
 bad input found after Hydra wrote `.hydra/` and the log) or that has nothing to do (a finished run)
-calls `give_back`, which puts the folder back as it was: Hydra's `.hydra/` files as they were, the
+calls `give_back`, which (unless the run had begun training or written a result: `Taken.progressed`)
+puts the folder back as it was: Hydra's `.hydra/` files as they were, the
 log cut back to its old length, every file and folder the run created removed (the folder itself too
 when the run created it).
 
@@ -123,9 +124,29 @@ class Taken:
         self.hydra = {p.name: p.read_bytes() for p in hydra.iterdir() if p.is_file()} if hydra.is_dir() else {}
         self.sizes = {p.name: p.stat().st_size for p in path.iterdir() if p.is_file()}
         self.entries = {p.relative_to(path) for p in path.rglob("*")}
+        self.started = False              # set by `started()`: the run trains, the folder is its own now
+        self.results = self._results()
+
+    def _results(self) -> dict[str, tuple[int, int]]:
+        found = {}
+        for name in RESULTS:
+            try:
+                st = (self.path / name).stat()
+            except OSError:
+                continue
+            if st.st_size:
+                found[name] = (st.st_size, st.st_mtime_ns)
+        return found
+
+    def progressed(self) -> bool:
+        """Whether the run got past its refusals: `started`, or one of RESULTS written since it was taken."""
+        return self.started or self._results() != self.results
 
     def give_back(self) -> None:
-        """Put the directory back as it was when it was taken (see the module docstring); the lock stays."""
+        """Put the directory back as it was when it was taken (see the module docstring); the lock stays.
+        Nothing at all once the run `progressed` (an error after training began keeps every byte written)."""
+        if self.progressed():
+            return
         hydra = self.path / HYDRA_SUBDIR
         for name, data in self.hydra.items():
             (hydra / name).write_bytes(data)
@@ -152,6 +173,7 @@ class Taken:
                 folder = folder.parent
 
 
+RESULTS = ("metrics.jsonl", "checkpoint.pt", "summary.json", "resumes.jsonl")   # a run's own records
 TAKEN: list[Taken] = []       # the run directory this process holds (at most one: a single run)
 
 
@@ -200,6 +222,12 @@ def take_run_dir(run_dir: Path, resume: str | None, weights_only: bool, key: str
             os.close(fd)
         raise
     return Taken(run_dir, fd, created)
+
+
+def started() -> None:
+    """This process's run trains now: `give_back` leaves its directory alone from here on."""
+    for taken in TAKEN:
+        taken.started = True
 
 
 def give_back() -> None:
