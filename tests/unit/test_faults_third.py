@@ -266,6 +266,7 @@ def test_a_refused_run_writes_nothing_into_its_folder(tmp_path):
     assert tree(run) == before                           # .hydra/config.yaml still says lr 0.1, train.log as it was
 
 
+@pytest.mark.slow
 def test_two_runs_started_at_once_into_one_folder(tmp_path):
     import subprocess
     import sys
