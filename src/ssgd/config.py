@@ -241,6 +241,10 @@ class MPIConfig:
 
     launch: bool = True              # false: only write <run dir>/worker_config.yaml and print the worker command
     mpiexec: Optional[str] = None    # the MPI launcher to call (null: the virtual environment's own mpiexec)
+    timeout_s: float = 300.0         # a rank whose heartbeat stops this long ends the job (ssgd.run.heartbeat)
+
+    def __post_init__(self) -> None:
+        _finite_at_least(self.timeout_s, "mpi.timeout_s", 0.0, strict=True, what=" (seconds)")
 
 
 @dataclass

@@ -100,7 +100,7 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_auto_continues(tmp_pa
 
 
 @pytest.mark.serial                     # every rank gone within 10 s of the signal
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_mpi_launcher_stops_every_rank(signum, tmp_path):
     """mpiexec and every rank are gone within 10 s, after the ranks checkpointed; one line, no traceback."""
     run_dir = tmp_path / "run"
@@ -180,3 +180,18 @@ def test_a_sweep_survives_a_bad_point(tmp_path):
     assert "sweep: 1 of 3 points failed" in proc.stderr
     assert "compressor.density=1.5: must be a number in (0, 1]" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.serial                     # a signal and its deadline: alone on the machine
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
+def test_a_signal_to_the_torch_launcher_checkpoints_and_stops_every_rank(signum, tmp_path):
+    """SIGHUP (the ssh session drops) is handled as SIGTERM: the ranks checkpoint at a step boundary and stop;
+    the launcher exits 128 + the signal, with one line."""
+    run_dir = tmp_path / "run"
+    proc, _ = start_and_signal(run_dir, signum, "backend=torch", "cluster.world_size=2")
+    assert proc.returncode == 128 + signum, proc.stderr[-3000:]
+    line = one_line(proc.stderr)
+    assert line.startswith(f"error: interrupted by {signal.Signals(signum).name} at step "), line
+    step = torch.load(run_dir / "checkpoint.pt", weights_only=False)["shared"]["step"]
+    assert f"at step {step}:" in line and train_steps(run_dir) == list(range(1, step + 1))
+    assert not processes_with(str(run_dir / "worker_config.yaml"))

@@ -59,3 +59,45 @@ def test_submitit_slurm_sweep_runs_one_job_per_run(slurm_cluster: SlurmCluster, 
     # each run was its own SLURM array task: submitit kept one log folder per task, with the run's report
     logs = sorted((sweep / ".submitit").glob("*_[01]/*_0_log.out"))
     assert len(logs) == 2 and all("final val accuracy" in log.read_text() for log in logs), logs
+
+
+def test_a_requeued_job_continues_from_its_checkpoint(slurm_cluster: SlurmCluster, tmp_path):
+    """`scontrol requeue` of a running mpi_mpirun.sbatch job (what preemption does): the ranks checkpoint at a
+    step boundary, SLURM starts the job again with the same id and run directory, prepare_run.sh passes
+    trainer.resume=auto, and the run ends with every step logged once and the summary of an uninterrupted
+    job (every key but the wall-clock ones)."""
+    import time
+
+    script = str(ROOT / "scripts" / "slurm" / "mpi_mpirun.sbatch")
+    overrides = ["compressor=gtopk", "trainer.max_steps=300", "trainer.log_every=1", "wandb.mode=disabled",
+                 "trainer.progress=false"]
+    run_dir, out = tmp_path / "run", tmp_path / "job.out"
+    job_id = slurm_cluster.submit(["--ntasks=2", "--open-mode=append", script, *overrides], out,
+                                  env={"SSGD_RUN_DIR": str(run_dir)})
+
+    def steps() -> list[int]:
+        path = run_dir / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [r["step"] for r in rows if "train/loss" in r]
+
+    deadline = time.monotonic() + 150
+    while len(steps()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert 3 <= len(steps()) < 300, "the job never got to training (or finished before the requeue)"
+    requeued = slurm_cluster.run(["scontrol", "requeue", job_id], timeout=30)
+    assert requeued.returncode == 0, requeued.stderr
+    job = slurm_cluster.wait(job_id, out, timeout=420)
+    assert (job.state, job.exit_code) == ("COMPLETED", "0:0"), job.output[-3000:]
+    assert "DUE TO JOB REQUEUE" in job.output, job.output[-3000:]          # it was stopped once, mid-run
+    assert f"restart 1: continuing from {run_dir / 'checkpoint.pt'}" in job.output
+    assert steps() == list(range(1, 301))     # every step once: the second start continued the first's checkpoint
+    reference = slurm_cluster.sbatch(["--ntasks=2", script, *overrides], tmp_path / "ref.out",
+                                     env={"SSGD_RUN_DIR": str(tmp_path / "ref")}, timeout=300)
+    assert (reference.state, reference.exit_code) == ("COMPLETED", "0:0"), reference.output[-3000:]
+
+    def timeless(summary: dict) -> dict:
+        return {k: v for k, v in summary.items()
+                if k != "wall_s" and not k.startswith(("time/", "throughput_"))}
+
+    assert timeless(json.loads((run_dir / "summary.json").read_text())) == \
+        timeless(json.loads((tmp_path / "ref" / "summary.json").read_text()))

@@ -178,7 +178,7 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path):
     first = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", f"hydra.run.dir={run}",
                   WANDB_MODE="disabled")
     assert first.returncode == 0, first.stderr
-    files = ("summary.json", "metrics.jsonl", FILENAME)
+    files = ("summary.json", "metrics.jsonl", FILENAME, "train.log", ".hydra/config.yaml", ".hydra/overrides.yaml")
     before = {name: (run / name).read_bytes() for name in files}
     again = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
                   f"hydra.run.dir={run}", WANDB_MODE="disabled")
@@ -188,3 +188,239 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path):
     longer = train("trainer.max_steps=3", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
                    f"hydra.run.dir={run}", WANDB_MODE="disabled")      # extending it is still a resume
     assert longer.returncode == 0 and json.loads((run / "summary.json").read_text())["steps"] == 3
+
+
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` and its bytes (None for a folder): the oracle of "not a byte changed"."""
+    return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes()) for p in sorted(folder.rglob("*"))}
+
+
+def test_giving_a_taken_folder_back_restores_every_byte(tmp_path):
+    from ssgd.run.rundir import take_run_dir
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    (run / "train.log").write_text("first run\n")
+    (run / FILENAME).write_bytes(b"ckpt")
+    before = tree(run)
+    taken = take_run_dir(run, "auto", False)
+    (run / ".hydra" / "config.yaml").write_text("seed: 2\n")          # what Hydra does at every start
+    (run / ".hydra" / "hydra.yaml").write_text("new\n")
+    with open(run / "train.log", "a") as f:
+        f.write("error: refused\n")
+    (run / "mpi" / "heartbeat").mkdir(parents=True)
+    (run / "mpi" / "heartbeat" / "rank0.json").write_text("{}")
+    (run / "worker_config.yaml").write_text("x")
+    taken.give_back()
+    assert tree(run) == before
+    os.close(taken.fd)
+    fresh = tmp_path / "a" / "b" / "c"
+    taken = take_run_dir(fresh, None, False)
+    (fresh / ".hydra").mkdir()
+    (fresh / "train.log").write_text("error: x\n")
+    taken.give_back()
+    assert not (tmp_path / "a").exists()                                # every folder it created, gone
+    os.close(taken.fd)
+    for progress in ("metrics", "started"):             # past its refusals: an error then keeps every byte
+        run = tmp_path / progress
+        taken = take_run_dir(run, None, False)
+        (run / "train.log").write_text("step 1\nerror: No space left on device\n")
+        if progress == "metrics":
+            (run / "metrics.jsonl").write_text('{"step": 1}\n')
+        else:
+            taken.started = True
+        after = tree(run)
+        taken.give_back()
+        assert tree(run) == after and after
+        os.close(taken.fd)
+
+
+def test_a_folder_another_run_holds_is_refused_before_anything_is_written(tmp_path):
+    from ssgd.run.rundir import take_run_dir
+    run = tmp_path / "run"
+    first = take_run_dir(run, None, False)
+    with pytest.raises(ConfigError) as err:
+        take_run_dir(run, "auto", False)                # it would pass the emptiness test: the lock refuses it
+    assert str(err.value) == (f"hydra.run.dir={run}: another run is using this directory right now (it holds its "
+                              "lock); wait for it to end, or choose another directory with hydra.run.dir=...")
+    assert tree(run) == {}
+    os.close(first.fd)                                  # the run ended (the kernel drops the lock however it ends)
+    os.close(take_run_dir(run, "auto", False).fd)
+
+
+def test_a_refused_run_writes_nothing_into_its_folder(tmp_path):
+    run = tmp_path / "new" / "run"
+    refused = train("compressor.density=1.5", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert not (tmp_path / "new").exists()              # not even the folders (was: .hydra/ and train.log)
+    run.mkdir(parents=True)
+    refused = train("compressor.density=1.5", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert refused.returncode == 2 and tree(run) == {}
+    done = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", f"hydra.run.dir={run}",
+                 WANDB_MODE="disabled")                  # the next correct run into it is not refused
+    assert done.returncode == 0, done.stderr
+    before = tree(run)
+    refused = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "trainer.resume=auto",
+                    "optimizer.lr=0.05", f"hydra.run.dir={run}", WANDB_MODE="disabled")
+    assert refused.returncode == 2 and "written by a run with optimizer.lr=0.1" in refused.stderr
+    assert tree(run) == before                           # .hydra/config.yaml still says lr 0.1, train.log as it was
+
+
+@pytest.mark.slow
+def test_two_runs_started_at_once_into_one_folder(tmp_path):
+    import subprocess
+    import sys
+    run = tmp_path / "run"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "src" / "train.py"), f"seed={seed}", "trainer.max_steps=2",
+                               "trainer.resume=auto", f"hydra.run.dir={run}"], cwd=ROOT, text=True,
+                              env={**clean, "WANDB_MODE": "disabled"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for seed in (1, 2)]
+    outs = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    statuses = sorted(status for status, _, _ in outs)
+    assert statuses == [0, 2], outs
+    winner = next(seed for seed, (status, _, _) in zip((1, 2), outs) if status == 0)
+    line = next(err for status, _, err in outs if status == 2).strip()
+    assert "\n" not in line, line       # the lock refused it, or (the other ran first) the finished run's seed did
+    assert (line == f"error: hydra.run.dir={run}: another run is using this directory right now (it holds its lock); "
+            "wait for it to end, or choose another directory with hydra.run.dir=..."
+            or "written by a run with seed=" in line), line
+    assert f"seed: {winner}\n" in (run / ".hydra" / "config.yaml").read_text()    # the refused one wrote nothing
+
+
+def test_the_heartbeat_watch_names_the_first_rank_whose_beat_stopped(tmp_path):
+    """The launcher's judgement (`ssgd.run.heartbeat.Watch`) on its own clock: stale means the beat counter
+    did not change for more than mpi.timeout_s; a rank that says `done` is never judged."""
+    from ssgd.run.heartbeat import STARTUP_S, Heartbeat, Watch, record_path
+    now = [100.0]
+    watch = Watch(tmp_path, 3, timeout_s=5.0, clock=lambda: now[0])
+    beats = [Heartbeat(tmp_path, r) for r in range(3)]
+    for b in beats:
+        b.write()
+    beats[2].done()
+    assert watch.stale() is None
+    now[0] += 4.0
+    beats[0].write()                                          # rank 0 alive, rank 1 silent for 4 s
+    assert watch.stale() is None
+    now[0] += 1.5                                             # rank 1 silent 5.5 s > 5 s; rank 0 for 1.5 s
+    rank, record, seconds = watch.stale()
+    assert (rank, seconds, record["beat"], record["phase"]) == (1, 5.5, 1, "start")
+    assert json.loads(record_path(tmp_path, 1).read_text()) == record
+    line = watch.line(rank, record, seconds)
+    assert line.startswith(f"backend=mpi: rank 1 on host {beats[1].host} made no progress for 6 s (mpi.timeout_s=5): "
+                           f"its last heartbeat (pid {os.getpid()}) was at step 0, phase start;") and "\n" not in line
+    now[0] += 100.0                                           # rank 2 finished long ago: still never judged
+    beats[0].write()
+    beats[1].write()
+    assert watch.stale() is None
+    silent = Watch(tmp_path / "none", 1, timeout_s=5.0, clock=lambda: now[0])
+    now[0] += 5.0 + STARTUP_S - 0.1
+    assert silent.stale() is None
+    now[0] += 0.2
+    assert silent.stale()[:2] == (0, None) and "never wrote a heartbeat" in silent.line(0, None, 35.1)
+
+
+def test_a_world_wrapped_by_the_heartbeat_reports_each_collective():
+    from ssgd.run.heartbeat import Heartbeat, wrap_world
+    seen = []
+
+    class World:
+        def allgather(self, items):
+            seen.append(beat.phase)
+            return items
+
+        def barrier(self):
+            seen.append(beat.phase)
+
+    beat = Heartbeat(Path("unused"), 0)
+    world = World()
+    wrap_world(world, beat)
+    beat.phase = "compute"
+    assert world.allgather([3]) == [3] and world.barrier() is None
+    assert seen == ["collective:allgather", "collective:barrier"] and beat.phase == "compute"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
+def test_a_bad_mpi_timeout_is_one_line(value):
+    with pytest.raises(ConfigError) as err:
+        build.spec(make_cfg(f"mpi.timeout_s={value}"))
+    assert str(err.value) == f"mpi.timeout_s={float(value)!r}: must be a finite number > 0 (seconds)"
+    assert build.spec(make_cfg()).config.mpi.timeout_s == 300.0
+
+
+def test_a_rendezvous_port_in_use_is_one_line_naming_the_key_and_a_free_port():
+    import re
+    import socket
+    from ssgd.worlds.rendezvous import check_port_free
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ConfigError) as err:
+            check_port_free(port)
+        line = str(err.value)
+        assert line.startswith(f"dist.master_port={port}: port {port} is already in use on this host (EADDRINUSE")
+        assert line.endswith("or dist.master_port=null (a free port for each run)")
+        suggested = int(re.search(r"e\.g\. dist\.master_port=(\d+)", line).group(1))
+        assert suggested != port
+        with socket.socket() as probe:                  # the oracle: the port it suggests can be bound
+            probe.bind(("", suggested))
+    check_port_free(port)                               # closed: free again
+
+
+def test_a_torch_rank_whose_port_is_taken_says_so_in_one_line():
+    import socket
+    from ssgd.worlds.rendezvous import LocalRank, Ranks
+    from ssgd.worlds.torch_dist import TorchWorld
+    cfg = make_cfg("backend=torch", "dist.timeout_s=10")
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        world = TorchWorld(Ranks(0, 1, LocalRank(0, 1, "test"), "test"),
+                           environ={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        with pytest.raises(ConfigError, match=rf"^MASTER_PORT={port}: port {port} is already in use on this host "
+                                              r"\(EADDRINUSE.*or unset MASTER_PORT \(then dist.master_port"):
+            world.prepare(cfg)
+
+
+def test_train_with_a_master_port_in_use_exits_2_with_one_line(tmp_path):
+    import socket
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = train("backend=torch", "cluster.world_size=2", "trainer.max_steps=1", f"dist.master_port={port}",
+                     f"hydra.run.dir={tmp_path / 'run'}", WANDB_MODE="disabled")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr      # was: exit 1, three lines, "backend=None"
+    assert proc.stderr.startswith(f"error: dist.master_port={port}: port {port} is already in use on this host")
+    assert not (tmp_path / "run").exists()
+
+
+GLOO = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:37794: "
+        "Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application. "
+        "Check the logs of the remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f")
+
+
+def test_gloos_banner_is_kept_out_of_a_ranks_line(tmp_path):
+    from ssgd.run.worker_mpi import failure, without_banners
+    assert without_banners(GLOO) == "Read error [127.0.0.1]:37794: Connection reset by peer."
+    assert without_banners("ValueError: plain [x] text") == "ValueError: plain [x] text"     # nothing else is cut
+    try:
+        raise RuntimeError(GLOO)
+    except RuntimeError as err:
+        line = failure(err, 0, tmp_path, "gloo")
+    trace = tmp_path / "mpi" / "rank0-traceback.txt"
+    assert line == ("backend=gloo: rank 0 failed: RuntimeError: Read error [127.0.0.1]:37794: Connection reset by "
+                    f"peer. (traceback in {trace})")
+    assert "GLHF" in trace.read_text()                   # the whole message stays in the traceback file
+
+
+@pytest.mark.slow
+def test_a_killed_torch_rank_leaves_no_banner_on_stderr(tmp_path):
+    proc = train("backend=torch", "cluster.world_size=2", "trainer.max_steps=20", "debug.fail_rank=1",
+                 "debug.fail_step=3", "debug.fail_mode=kill", f"hydra.run.dir={tmp_path / 'run'}", WANDB_MODE="disabled")
+    assert proc.returncode == 1, proc.stderr
+    assert "rank 1 was killed by signal 9 (SIGKILL)" in proc.stderr
+    assert "GLHF" not in proc.stderr and "third_party" not in proc.stderr, proc.stderr

@@ -6,7 +6,8 @@
     python src/train.py -m compressor=dense,topk,gtopk    # Hydra multirun (also glob(*), choice(...), range(...))
 
 Outputs go to the Hydra run directory (unique per run): .hydra/ (composed config), train.log (every line
-the run logs), metrics.jsonl, summary.json, wandb/ (offline). Returns the final val/acc (the objective of
+the run logs), metrics.jsonl, summary.json, wandb/ (offline). A refused run (exit status 2) leaves that
+directory as it found it (`ssgd.run.rundir.give_back`). Returns the final val/acc (the objective of
 `hydra/sweeper=optuna`). Exit status (docs/faults.md): 0 ok, 2 bad input (one line on stderr),
 3 diverged, 130/143 interrupted by SIGINT/SIGTERM (after a checkpoint), other non-zero: a rank failed.
 A multirun runs every point, records a failed point's line in its folder's error.txt, prints a table of
@@ -76,16 +77,13 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
         log_figure(run_dir)
         return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
     if spec.config.backend is Backend.torch:     # P local torch.distributed ranks (ssgd.run.launch_torch)
-        from ssgd.run.launch_torch import run as run_torch
+        from ssgd.run.launch_torch import ending, run as run_torch
 
         status = run_torch(cfg, run_dir)
         phases.mark("torch job")
-        if status in (exit_status(signal.SIGINT), exit_status(signal.SIGTERM), exit_status(signal.SIGHUP)):
-            raise Interrupted(f"backend=torch: interrupted; the ranks were stopped (exit status {status})", status,
-                              step=-1, checkpoint=None)
-        if status != 0:
-            raise RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)",
-                           status)
+        ended = ending(status, run_dir)          # the ranks' one line (interrupted, refused, failed)
+        if ended is not None:
+            raise ended
         summary_path = run_dir / "summary.json"   # absent when dist.launch=false only printed the commands
         if summary_path.exists():
             log_figure(run_dir)
@@ -96,8 +94,10 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
             trainer, writer, world = build.trainer(spec, run_dir, stop=stop)
         except AlreadyFinished as done:         # resuming a finished run: say so, change nothing
             log.info(str(done))
+            ssgd.run.rundir.give_back()        # not even .hydra/ or train.log
             return final_val_acc(done.summary)
         phases.mark("build (data, model, world)")
+        ssgd.run.rundir.started()              # past every refusal: an error from here keeps the folder as it is
         try:
             summary = trainer.fit()
             phases.mark("train")
@@ -143,6 +143,8 @@ def main(cfg: DictConfig) -> float | PointFailed:
         log.error(f"error: {err}")
         if multirun and not isinstance(err, Interrupted):   # the sweep goes on (an interrupt stops it)
             return record_failure(run_dir, status, str(err))
+        if status == EXIT_BAD_INPUT:          # refused: the run folder goes back to what it was
+            ssgd.run.rundir.give_back()
         sys.exit(status)
     except Exception as err:
         if not multirun:

@@ -11,7 +11,9 @@ What the user sees (docs/faults.md): the ranks report how the job ended to `<run
 status; Open MPI's abort boilerplate is filtered out of stderr, and a rank killed by a signal is named
 from Open MPI's own report. SIGTERM or SIGINT to the launcher is passed to every rank as SIGUSR1 or
 SIGUSR2 (`mpiexec` forwards those), so the ranks checkpoint at their next step boundary and exit; after
-STOP_GRACE_S the launcher stops mpiexec itself, so the whole job is gone within 10 s.
+STOP_GRACE_S the launcher stops mpiexec itself, so the whole job is gone within 10 s. A rank whose
+heartbeat stops for `mpi.timeout_s` seconds (SIGSTOP, a frozen host; `ssgd.run.heartbeat`) ends the
+job the same way, with one line naming the rank and its host.
 """
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ from typing import TextIO
 from omegaconf import DictConfig, OmegaConf
 
 from ssgd.config import to_plain
-from ssgd.errors import ConfigError, Interrupted, RunEnded
+from ssgd.errors import EXIT_FAILED, ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status, meaning
+from ssgd.run.heartbeat import HEARTBEAT_DIR, HEARTBEAT_ENV, Watch
 from ssgd.run.orphans import die_with_parent_preexec
 
 WORKER_CONFIG = "worker_config.yaml"
@@ -149,7 +152,9 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     ended = run_dir / ENDED_FILE
     ended.parent.mkdir(parents=True, exist_ok=True)
     ended.unlink(missing_ok=True)                      # an earlier attempt's report in this directory
-    env = {**worker_env(local=not cfg.cluster.get("hostfile")), ENDED_ENV: str(ended)}
+    beats = run_dir / HEARTBEAT_DIR
+    shutil.rmtree(beats, ignore_errors=True)           # an earlier attempt's heartbeats
+    env = {**worker_env(local=not cfg.cluster.get("hostfile")), ENDED_ENV: str(ended), HEARTBEAT_ENV: str(beats)}
     # its own process group: a Ctrl-C at the terminal reaches this launcher only, which forwards it
     # and SIGTERM when this launcher dies however it dies (it then stops its ranks; ssgd.run.orphans)
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -157,17 +162,21 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     relay = OpenMPIFilter(sys.stderr)
     reader = threading.Thread(target=relay.copy, args=(proc.stderr,), daemon=True)
     reader.start()
-    stopper = JobStopper(proc)
+    timeout_s = float(OmegaConf.select(cfg, "mpi.timeout_s", default=300.0))
+    stopper = JobStopper(proc, Watch(beats, int(cfg.cluster.world_size), timeout_s))
     with stopper.installed():
         status = stopper.wait()
     reader.join(timeout=5)
     reported = read_ended(ended)
+    if stopper.timed_out is not None:
+        raise RunEnded(stopper.timed_out, EXIT_FAILED)
     if stopper.signum is not None:
         name, P = meaning(stopper.signum).name, cfg.cluster.world_size
         asked = (exit_status(stopper.signum), exit_status(JobStopper.FORWARD[signal.Signals(stopper.signum)]))
         line = reported[1] if reported and reported[0] in asked else \
             f"interrupted by {name}: stopped mpiexec and its {P} ranks before they reached a step boundary; no " \
             "checkpoint was written"
+        line = re.sub(r"^interrupted by SIG\w+", f"interrupted by {name}", line)   # SIGHUP reached them as SIGTERM
         raise Interrupted(line, exit_status(stopper.signum), step=-1, checkpoint=None)
     if status == 0:
         return
@@ -198,12 +207,17 @@ def read_ended(path: Path) -> tuple[int, str] | None:
 
 class JobStopper:
     """Waits for mpiexec; the first SIGTERM/SIGINT is forwarded to the ranks as SIGUSR1/SIGUSR2 (they
-    checkpoint and exit), a second one or STOP_GRACE_S later mpiexec is stopped (it kills its ranks)."""
+    checkpoint and exit), a second one or STOP_GRACE_S later mpiexec is stopped (it kills its ranks).
+    With a `watch`, a rank whose heartbeat goes stale stops mpiexec at once (`timed_out`: the one line)."""
 
     FORWARD = {signal.SIGTERM: signal.SIGUSR1, signal.SIGINT: signal.SIGUSR2, signal.SIGHUP: signal.SIGUSR1}
 
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
+    WATCH_EVERY_S = 0.5
+
+    def __init__(self, proc: subprocess.Popen, watch: Watch | None = None) -> None:
+        self.proc, self.watch = proc, watch
+        self.timed_out: str | None = None
+        self.watched_at = time.monotonic()
         self.signum: int | None = None
         self.deadline: float | None = None         # when mpiexec is stopped
         self.stopped_at: float | None = None
@@ -236,6 +250,13 @@ class JobStopper:
                 return self.proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
                 now = time.monotonic()
+                if (self.watch is not None and self.timed_out is None and self.stopped_at is None
+                        and now - self.watched_at >= self.WATCH_EVERY_S):
+                    self.watched_at = now
+                    found = self.watch.stale()
+                    if found is not None:
+                        self.timed_out = self.watch.line(*found)
+                        self.deadline = now                   # stop mpiexec now, kill what is left soon after
                 if self.stopped_at is None and self.deadline is not None and now >= self.deadline:
                     self.stopped_at = now
                     self._send(signal.SIGTERM)        # mpiexec then kills every rank

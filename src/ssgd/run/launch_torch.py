@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,10 +33,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ssgd.errors import ConfigError
+from ssgd.errors import ConfigError, Interrupted, RunEnded
+from ssgd.loop.stop import exit_status
 from ssgd.run import reach
-from ssgd.run.launch_mpi import prepare, worker_env
-from ssgd.worlds.rendezvous import LocalRank, rank_device
+from ssgd.run.launch_mpi import ENDED_ENV, ENDED_FILE, prepare, read_ended, worker_env
+from ssgd.worlds.rendezvous import LocalRank, check_port_free, free_port, rank_device
 
 log = logging.getLogger("ssgd.train")
 POLL_S = 0.05          # how often the launcher looks at its ranks
@@ -45,12 +46,6 @@ GRACE_S = 5.0          # SIGTERM -> SIGKILL for the ranks still running after on
 
 def worker_command(config_path: Path) -> list[str]:
     return [sys.executable, "-m", "ssgd.run.worker_torch", str(config_path)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_env(base: dict[str, str], rank: int, P: int, port: int) -> dict[str, str]:
@@ -183,9 +178,14 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     config_path = prepare(cfg, run_dir)
     P = int(cfg.cluster.world_size)
     port = int(OmegaConf.select(cfg, "dist.master_port") or free_port())
-    base = worker_env(local=True)
+    ended = run_dir / ENDED_FILE                # the ranks' report of how the job ended (`ending`)
+    ended.parent.mkdir(parents=True, exist_ok=True)
+    ended.unlink(missing_ok=True)
+    base = {**worker_env(local=True), ENDED_ENV: str(ended)}
     remote = host_ranks(cfg, base, config_path, port)
     hosts = hostfile_slots(Path(cfg.cluster.hostfile))[:P] if remote is not None else None
+    if remote is None and OmegaConf.select(cfg, "dist.master_port"):
+        check_port_free(port)                 # rank 0 listens here: one line now, not a rank's traceback
     procs: list[subprocess.Popen] = []
     try:       # SIGTERM, SIGHUP: stop the ranks too, not only this process
         previous = {s: signal.signal(s, _terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -219,6 +219,28 @@ class Terminated(Exception):
 
 def _terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
+
+
+INTERRUPTS = {exit_status(s): s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+
+def ending(status: int, run_dir: Path) -> RunEnded | None:
+    """How a launched job ended, as the one line src/train.py raises (None: it finished). The ranks wrote their
+    line to `<run dir>/mpi/ended.txt` (the first rank wins) instead of stderr; an interrupt's line names the
+    signal the launcher got (SIGHUP reaches the ranks as SIGTERM)."""
+    if status == 0:
+        return None
+    reported = read_ended(run_dir / ENDED_FILE)
+    if status in INTERRUPTS:
+        name = signal.Signals(INTERRUPTS[status]).name
+        line = reported[1] if reported and reported[1].startswith("interrupted by ") else \
+            f"backend=torch: interrupted by {name}; the ranks were stopped before they reached a step boundary " \
+            f"(exit status {status}); no checkpoint was written"
+        return Interrupted(re.sub(r"^interrupted by SIG\w+", f"interrupted by {name}", line), status, step=-1,
+                           checkpoint=None)
+    if reported is not None:
+        return RunEnded(reported[1], status)
+    return RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)", status)
 
 
 def print_commands(cfg: DictConfig, run_dir: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -83,6 +84,21 @@ def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
         f.write(f"{status}\t{message}\n")
 
 
+# Third-party text kept out of the one line (the traceback file keeps it): gloo's advice and sign-off
+# ("This is typically caused by a remote worker hanging ... GLHF! <emoji>") and C++ source locations
+# of the library's build ("[/__w/pytorch/pytorch/third_party/gloo/.../pair.cc:545] ").
+BANNERS = (re.compile(r"\s*This is typically caused by .*?GLHF!\S*(\s*[^\x00-\x7f]+)?"),
+           re.compile(r"\s*GLHF!\S*(\s*[^\x00-\x7f]+)?"),
+           re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cxx|c|h|hpp|cu):\d+\]\s*"))
+
+
+def without_banners(text: str) -> str:
+    """`text` without the BANNERS of the libraries a rank runs (gloo's), with spaces tidied."""
+    for banner in BANNERS:
+        text = banner.sub(" ", text)
+    return " ".join(text.split())
+
+
 def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> str:
     """The one line for an exception on this rank; its traceback goes to <run dir>/mpi/rank<r>-traceback.txt."""
     from ssgd.run.launch_mpi import ENDED_FILE
@@ -93,7 +109,7 @@ def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> s
         path.write_text(traceback.format_exc())
     except OSError:
         pass
-    first = f"{type(err).__name__}: {err}".strip().splitlines()[0]
+    first = without_banners(f"{type(err).__name__}: {err}".strip().splitlines()[0])
     return f"backend={backend}: rank {rank} failed: {first} (traceback in {path})"
 
 
@@ -120,15 +136,21 @@ def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
     `MPIWorld`; `ssgd.run.worker_torch` passes a TorchWorld). A rank that ends alone (an exception) ends the
     job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
     from ssgd.loop.stop import StopRequest
+    from ssgd.run.heartbeat import start_from_env
     from ssgd.run.orphans import watch_parent
 
     watch_parent()                            # the launcher died (kill -9, SIGHUP, OOM): stop, never orphan
+    beat = start_from_env()                   # the launcher's mpi.timeout_s watch (ssgd.run.heartbeat)
     stop = StopRequest()
-    with stop.installed():                    # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
-        return _main(argv, stop, make_world)
+    try:
+        with stop.installed():                # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
+            return _main(argv, stop, make_world, beat)
+    finally:
+        if beat is not None:
+            beat.done()
 
 
-def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
+def _main(argv: list[str], stop, make_world: Callable[[], Any] | None, beat=None) -> int:
     from ssgd.run import build
     from ssgd import config
     from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError, Interrupted
@@ -141,6 +163,9 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
     if make_world is None:
         from ssgd.worlds.mpi import MPIWorld as make_world
     world = make_world()
+    if beat is not None:
+        from ssgd.run.heartbeat import wrap_world
+        wrap_world(world, beat)
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
     path = Path(argv[0])
@@ -163,7 +188,7 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
     except (ConfigError, Interrupted) as err:
         problem = (err.status if isinstance(err, Interrupted) else EXIT_BAD_INPUT, str(err))
     except Exception as err:
-        problem = (EXIT_FAILED, failure(err, world.rank, run_dir, world.backend))
+        problem = (EXIT_FAILED, failure(err, world.rank, run_dir, world.backend or type(world).backend))
     if problem is not None and not world.in_group:   # torch.distributed before its group: each rank alone
         report_end(*problem, run_dir, say=world.is_root)
         return problem[0]
@@ -174,6 +199,9 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None) -> int:
             report_end(*first, run_dir, say=True)
         end_together(world, first[0])
     inject_fault(trainer, world.rank, cfg.debug)
+    if beat is not None:
+        beat.track(trainer)
+        beat.phase = "compute"
     try:
         summary = trainer.fit()
     except Interrupted as err:

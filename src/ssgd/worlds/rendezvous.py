@@ -16,12 +16,16 @@ names it and the launcher that would have set it, so every entry point can stop 
   (MPI_LOCALRANKID). An MPI rank without these uses a shared-memory split (`ssgd.worlds.mpi`).
 * `rank_device(device, local, gpus, visible)`: the device of this rank: `cuda` becomes
   `cuda:<local rank>`; fewer GPUs than local ranks is a one-line error.
+* `check_port_free(port, key)` / `port_in_use(port, key)`: a rendezvous port another program already
+  listens on, as one line that names the setting and a free port (these two use a socket, nothing else).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -213,3 +217,31 @@ def rank_device(device: str, local: LocalRank, gpus: int, visible: str | None = 
         raise ConfigError(f"device=cuda: {count} on this host but {gpus} GPU(s): one GPU per rank "
                           f"(cuda:{local.source}); start at most {gpus} ranks per host, or use device=cpu")
     return f"cuda:{local.rank}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, key: str = "dist.master_port") -> ConfigError:
+    """The one-line error for a rendezvous port that another program holds; `key` is the setting that named it."""
+    hint = "dist.master_port=null (a free port for each run)" if key == "dist.master_port" else \
+        "unset MASTER_PORT (then dist.master_port, or a free port)"
+    return ConfigError(f"{key}={port}: port {port} is already in use on this host (EADDRINUSE: another program "
+                       f"listens there); choose a free one, e.g. {key}={free_port()}, or {hint}")
+
+
+def check_port_free(port: int, key: str = "dist.master_port") -> None:
+    """`port_in_use` raised when a program listens on `port` of this host (any address); other bind
+    errors are left to the rendezvous itself. SO_REUSEADDR: a port in TIME_WAIT counts as free, as it does
+    for torch's TCPStore."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise port_in_use(port, key) from None

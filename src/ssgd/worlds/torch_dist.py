@@ -26,7 +26,7 @@ from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
 from ssgd.comm.torch_dist import TorchExecutor, run_torch
 from ssgd.payload import Payload
-from ssgd.worlds.rendezvous import LocalRank, Ranks, master, rank_device
+from ssgd.worlds.rendezvous import LocalRank, Ranks, master, port_in_use, rank_device
 
 T = TypeVar("T")
 OBJECT_SLOT = 2048     # bytes per rank in `allgather`'s one collective (a step's metrics pickle to ~300)
@@ -74,7 +74,12 @@ class TorchWorld:
         cfg.device = rank_device(str(cfg.device), self.local, gpus, visible)
         backend = process_group_backend(str(getattr(cfg.dist.backend, "value", cfg.dist.backend)), cfg.device)
         addr, port = master(self.environ, cfg.dist.master_addr, cfg.dist.master_port)
-        self.connect(backend, addr, port, float(cfg.dist.timeout_s), cfg.device)
+        try:
+            self.connect(backend, addr, port, float(cfg.dist.timeout_s), cfg.device)
+        except RuntimeError as err:             # torch's DistNetworkError: rank 0 could not listen on the port
+            if "EADDRINUSE" not in str(err):
+                raise
+            raise port_in_use(port, "MASTER_PORT" if self.environ.get("MASTER_PORT") else "dist.master_port") from None
         return cfg
 
     def connect(self, backend: str, addr: str, port: int, timeout_s: float, device: str = "cpu") -> None:
