@@ -104,7 +104,7 @@ def test_inside_a_job_it_runs_the_saved_worker_command_under_srun(tmp_path, caps
     argv = (tmp_path / "srun.args").read_text().splitlines()
     config = (tmp_path / "worker_config.yaml").resolve()
     assert argv == ["--kill-on-bad-exit=1", *launch_torch.worker_command(config)]
-    assert (tmp_path / "srun.pythonpath").read_text().split(os.pathsep)[0] == str(ROOT / "src")
+    assert (tmp_path / "srun.pythonpath").read_text().strip().split(os.pathsep)[0] == str(ROOT / "src")
 
 
 def test_a_job_of_another_size_stops_with_one_line_and_exit_2(tmp_path, capsys):
