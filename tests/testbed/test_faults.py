@@ -106,3 +106,10 @@ def test_torch_rank_killed_names_its_host(four_hosts, tmp_path):
 def test_torch_link_down_names_the_silent_host(four_hosts, tmp_path):
     status, err, seconds = run_with_fault(tmp_path, "torch", "link", "dist.timeout_s=20")
     assert_clean_end(status, err, seconds, f"host 10.98.0.{HOST} (rank {HOST - 1}) does not answer on the network")
+
+
+def test_mpi_link_down_names_the_silent_host(four_hosts, tmp_path):
+    """Every rank stays alive and blocked (Open MPI never times out): the ranks' heartbeats show no step for
+    mpi.timeout_s, and the launcher's probe names the host that does not answer."""
+    status, err, seconds = run_with_fault(tmp_path, "mpi", "link", "mpi.timeout_s=20")
+    assert_clean_end(status, err, seconds, f"host 10.98.0.{HOST} (rank {HOST - 1}) does not answer on the network")

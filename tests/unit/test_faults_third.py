@@ -320,6 +320,43 @@ def test_the_heartbeat_watch_names_the_first_rank_whose_beat_stopped(tmp_path):
     assert silent.stale()[:2] == (0, None) and "never wrote a heartbeat" in silent.line(0, None, 35.1)
 
 
+def test_the_heartbeat_watch_finds_ranks_alive_but_without_a_step(tmp_path, monkeypatch):
+    """`Watch.stuck`: every rank beats, none finishes a step for mpi.timeout_s (a host's link down): the job is
+    judged blocked, with STARTUP_S more before the first step; a new step restarts the clock; the line names the
+    hosts that do not answer (the probe is replaced here: tests/testbed/test_faults.py downs a real link)."""
+    from ssgd.run import reach
+    from ssgd.run.heartbeat import STARTUP_S, Heartbeat, Watch
+
+    now = [0.0]
+    hosts = ["10.98.0.1", "10.98.0.2", "10.98.0.3"]
+    watch = Watch(tmp_path, 3, timeout_s=5.0, clock=lambda: now[0], hosts=hosts)
+    beats = [Heartbeat(tmp_path, r) for r in range(3)]
+    steps = [0]
+    for b in beats:
+        b.progress = lambda: steps[0]
+
+    def tick(seconds: float):
+        now[0] += seconds
+        for b in beats:
+            b.write()
+        assert watch.stale() is None                    # every beat is fresh: never "stale"
+        return watch.stuck()
+
+    assert tick(0.0) is None
+    assert tick(5.0 + STARTUP_S - 0.5) is None          # before the first step: the start-up allowance too
+    steps[0] = 1
+    assert tick(1.0) is None                            # a step: the clock restarts
+    assert tick(4.9) is None
+    found = tick(0.5)
+    assert found == (1, pytest.approx(5.4))
+    monkeypatch.setattr(reach, "answers", lambda a, t, p: a != "10.98.0.3")
+    line = watch.stuck_line(*found)
+    assert line.startswith("backend=mpi: no rank finished a step for 5 s (mpi.timeout_s=5) although every rank is "
+                           "alive") and "host 10.98.0.3 (rank 2) does not answer on the network" in line
+    beats[0].done()
+    assert tick(60.0) is None                           # a rank that finished is never judged
+
+
 def test_a_world_wrapped_by_the_heartbeat_reports_each_collective():
     from ssgd.run.heartbeat import Heartbeat, wrap_world
     seen = []

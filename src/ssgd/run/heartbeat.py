@@ -17,8 +17,9 @@ but alive keeps beating. The launcher (`Watch`) reads the files every half secon
 staleness by its own monotonic clock (when it last saw `beat` change), so clocks of other hosts never
 matter: a rank whose beat has not changed for `mpi.timeout_s` seconds (or that never beat within
 `mpi.timeout_s` + STARTUP_S of the job's start) ends the job with one line naming the rank and its host.
-A rank whose last record says `done` is never judged. The records also carry what a later check needs
-to find ranks that are alive but make no step progress (a network link down): `step` and `phase`.
+A rank whose last record says `done` is never judged. Ranks that all beat but of which none finishes a
+step for `mpi.timeout_s` (`Watch.stuck`: alive and blocked, as when a host's link is down) end the job
+too; the line then names the hosts that do not answer on the network (`ssgd.run.reach`).
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ssgd.run import reach
 
 HEARTBEAT_ENV = "SSGD_HEARTBEAT_DIR"     # set by the launcher for its ranks: where they beat
 HEARTBEAT_DIR = Path("mpi") / "heartbeat"
@@ -133,10 +136,13 @@ class Watch:
     """The launcher's view of its P ranks' heartbeats in `folder`: `stale()` names a rank that made no
     progress for `timeout_s` seconds (see the module docstring). `clock` is the launcher's monotonic clock."""
 
-    def __init__(self, folder: Path, P: int, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, folder: Path, P: int, timeout_s: float, clock: Callable[[], float] = time.monotonic,
+                 hosts: list[str] | None = None) -> None:
         self.folder, self.P, self.timeout_s, self.clock = Path(folder), P, float(timeout_s), clock
+        self.hosts = hosts                   # rank -> address of its host (the hostfile), to probe in `stuck`
         self.started = clock()
         self.seen: dict[int, tuple[int, float, dict[str, Any]]] = {}   # rank -> (beat, when it changed, record)
+        self.progress: tuple[int, float] | None = None                   # (most steps of any rank, since when)
 
     def read(self) -> None:
         now = self.clock()
@@ -165,6 +171,33 @@ class Watch:
             if record.get("phase") != "done" and now - when > self.timeout_s:
                 return rank, record, now - when
         return None
+
+    def stuck(self) -> tuple[int, float] | None:
+        """(steps, seconds) when every rank beats but none has finished a step for `timeout_s` seconds
+        (STARTUP_S more before the first step): all alive and blocked, as when a host's link is down. Call
+        after `stale()` (which reads the files); None otherwise."""
+        now = self.clock()
+        if len(self.seen) < self.P or any(rec.get("phase") == "done" for _, _, rec in self.seen.values()):
+            return None
+        steps = max(int(rec.get("step", 0)) for _, _, rec in self.seen.values())
+        if self.progress is None or self.progress[0] != steps:
+            self.progress = (steps, now)
+            return None
+        waited = now - self.progress[1]
+        return (steps, waited) if waited > self.timeout_s + (STARTUP_S if steps == 0 else 0.0) else None
+
+    def stuck_line(self, steps: int, seconds: float) -> str:
+        """The one line for `stuck`, naming the hosts that do not answer on the network (`ssgd.run.reach`)."""
+        phases = sorted({rec.get("phase", "?") for _, _, rec in self.seen.values()})
+        lost = reach.stalled_hosts(self.hosts) if self.hosts and len(set(self.hosts)) > 1 else []
+        where = ""
+        if lost:
+            named = ", ".join(f"{h} (rank {', '.join(str(r) for r, x in enumerate(self.hosts) if x == h)})"
+                              for h in lost)
+            where = f"; host {named} does not answer on the network (its link is down or it is gone)"
+        return (f"backend=mpi: no rank finished a step for {seconds:.0f} s (mpi.timeout_s={self.timeout_s:g}) "
+                f"although every rank is alive (heartbeats; at step {steps}, {', '.join(phases)}){where}; "
+                "stopped the MPI job")
 
     def line(self, rank: int, record: dict[str, Any] | None, seconds: float) -> str:
         """The one line for a stale rank."""

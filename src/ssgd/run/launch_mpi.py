@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from ssgd.config import to_plain
 from ssgd.errors import EXIT_FAILED, ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status, meaning
+from ssgd.run import reach
 from ssgd.run.heartbeat import HEARTBEAT_DIR, HEARTBEAT_ENV, Watch
 from ssgd.run.orphans import die_with_parent_preexec
 
@@ -163,7 +164,9 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     reader = threading.Thread(target=relay.copy, args=(proc.stderr,), daemon=True)
     reader.start()
     timeout_s = float(OmegaConf.select(cfg, "mpi.timeout_s", default=300.0))
-    stopper = JobStopper(proc, Watch(beats, int(cfg.cluster.world_size), timeout_s))
+    P = int(cfg.cluster.world_size)
+    hosts = reach.hostfile_addresses(str(cfg.cluster.hostfile))[:P] if cfg.cluster.get("hostfile") else None
+    stopper = JobStopper(proc, Watch(beats, P, timeout_s, hosts=hosts))
     with stopper.installed():
         status = stopper.wait()
     reader.join(timeout=5)
@@ -257,6 +260,9 @@ class JobStopper:
                     if found is not None:
                         self.timed_out = self.watch.line(*found)
                         self.deadline = now                   # stop mpiexec now, kill what is left soon after
+                    elif (blocked := self.watch.stuck()) is not None:
+                        self.timed_out = self.watch.stuck_line(*blocked)
+                        self.deadline = time.monotonic()
                 if self.stopped_at is None and self.deadline is not None and now >= self.deadline:
                     self.stopped_at = now
                     self._send(signal.SIGTERM)        # mpiexec then kills every rank
