@@ -1,6 +1,7 @@
 """Scaling figures of the gTop-k paper from the iteration-time model, next to the paper's numbers.
 
     python paper_figs/fig_scaling.py [--out DIR] [--profile PATH ...] [--no-shipped] [--no-calibrated]
+                                     [--link ALPHA BETA | --link-from YAML]
                                      (default DIR: paper_figs/out; `make fig-scaling [OUT=DIR]`)
 
 --profile PATH (repeatable) adds a measured profile (`python -m ssgd.tools.measure <overrides> out=PATH`)
@@ -28,7 +29,11 @@ from conf/compressor/<name>.yaml (`ssgd.tools.schemes`) at each YAML's density (
     scaling_calibrated_points.csv (every point), scaling_calibrated_errors.csv (held-out errors per
     model and scheme, with the fit-free growth test that says why a miss cannot be fixed by any
     constants) and scaling_calibrated_constants.csv (the constants against the cluster's and the
-    paper's breakdown).
+    paper's breakdown). The errors CSV and table also hold what the fit has to beat, each from one
+    curve's own P = 4, 8 times (`baseline_predictions`): the naive "mean" (t4 + t8) / 2 and "log-line"
+    (the line in log2 P), and "pinned": alpha and beta fixed to the measured testbed link
+    (TESTBED_LINK; --link ALPHA BETA or --link-from a conf/cluster-style YAML for another) with one
+    constant c >= 0 per scheme fitted; then one line counting the pairs each gets within 25 %.
 Each figure: PNG + PDF + the CSV that was plotted. Also prints (and writes ratios_p32.csv) the
 gTop-k/dense and gTop-k/Top-k efficiency ratios at P = 32, model vs paper, and the calibrated tables.
 """

@@ -18,6 +18,10 @@ points. `growth_ratio` and `growth_range` test a scheme without any fit: with co
 alpha, beta >= 0 free, the ratio (t(P3) - t(P2)) / (t(P2) - t(P1)) of a model lies between the same
 ratio of L and of B alone (a mediant), so a measured ratio outside that range cannot be produced by
 any constants.
+
+`mean_of`, `log2_line` and `fit_pinned_constant` are the baselines such a fit has to beat: the mean
+of the fitted times, the straight line in log2 P through them, and the model with alpha and beta
+pinned to a measured link, leaving one constant >= 0 free.
 """
 from __future__ import annotations
 
