@@ -1,6 +1,7 @@
 """Scaling figures of the gTop-k paper from the iteration-time model, next to the paper's numbers.
 
     python paper_figs/fig_scaling.py [--out DIR] [--profile PATH ...] [--no-shipped] [--no-calibrated]
+                                     [--link ALPHA BETA | --link-from YAML]
                                      (default DIR: paper_figs/out; `make fig-scaling [OUT=DIR]`)
 
 --profile PATH (repeatable) adds a measured profile (`python -m ssgd.tools.measure <overrides> out=PATH`)
@@ -28,7 +29,11 @@ from conf/compressor/<name>.yaml (`ssgd.tools.schemes`) at each YAML's density (
     scaling_calibrated_points.csv (every point), scaling_calibrated_errors.csv (held-out errors per
     model and scheme, with the fit-free growth test that says why a miss cannot be fixed by any
     constants) and scaling_calibrated_constants.csv (the constants against the cluster's and the
-    paper's breakdown).
+    paper's breakdown). The errors CSV and table also hold what the fit has to beat, each from one
+    curve's own P = 4, 8 times (`baseline_predictions`): the naive "mean" (t4 + t8) / 2 and "log-line"
+    (the line in log2 P), and "pinned": alpha and beta fixed to the measured testbed link
+    (TESTBED_LINK; --link ALPHA BETA or --link-from a conf/cluster-style YAML for another) with one
+    constant c >= 0 per scheme fitted; then one line counting the pairs each gets within 25 %.
 Each figure: PNG + PDF + the CSV that was plotted. Also prints (and writes ratios_p32.csv) the
 gTop-k/dense and gTop-k/Top-k efficiency ratios at P = 32, model vs paper, and the calibrated tables.
 """
@@ -71,6 +76,12 @@ PAPER_LABEL = MappingProxyType({"dense": "Dense (Horovod)", "topk": "Top-k", "gt
 COLOR = MappingProxyType({"dense": "C0", "topk": "C1", "gtopk": "C2"})
 FIT_P, HELD_OUT, GOAL = (4, 8), (16, 32), 0.25       # calibrated mode: fitted and predicted P, error goal
 GROWTH_P = (*FIT_P, HELD_OUT[-1])                    # the fit-free growth test: (t32 - t8) / (t8 - t4)
+# The measured testbed link (docs/testbed.md): mpi4py ping-pong between hosts 1 and 2 of the 1 Gbit/s
+# testbed (`make alphabeta-testbed`, fitted by regime, `ssgd.perf.alphabeta.fit_alpha_beta_regimes`).
+# The "pinned" predictor fixes alpha and beta to these (or to --link / --link-from).
+TESTBED_ALPHA_S, TESTBED_BETA_S_PER_BYTE = 8.59e-5, 8.43e-9
+TESTBED_LINK = AlphaBeta(TESTBED_ALPHA_S, TESTBED_BETA_S_PER_BYTE)
+PREDICTORS = (("mean", "mean"), ("logline", "log-line"), ("pinned", "pinned"))   # CSV prefix, printed name
 
 
 @lru_cache(maxsize=None)
@@ -340,8 +351,47 @@ def best_single_scheme_error(scheme: SchemeCost, pm: PaperModel, name: str, d: i
     return max(abs(fit.predict(r, constants) / t - 1) for r, t in zip(rows, times))
 
 
-def calibrated_rows(cal: Calibration) -> list[dict]:
-    """One row per scheme: errors at every P, the growth test and, for a miss, the measured reason."""
+def baseline_predictions(pm: PaperModel, name: str, scheme: SchemeCost, d: int,
+                         link: AlphaBeta = TESTBED_LINK) -> tuple[dict[str, dict[int, float]], float]:
+    """What a calibrated model has to beat, for one paper curve (`name`), from its P = FIT_P times only.
+
+    Returns ({predictor: {P: seconds} at P_SCALING}, c) for the predictors of PREDICTORS:
+      * "mean": t(P) = mean(t4, t8), the same at every P;
+      * "logline": the straight line through (log2 4, t4) and (log2 8, t8), at log2 P;
+      * "pinned": t(P) = c + alpha L_s(P) + beta B_s(P) with alpha and beta pinned to `link` (the
+        measured testbed link by default) and only c >= 0 (compute + selection + any P-independent
+        overhead of this scheme) fitted to t4 and t8 in relative least squares
+        (`scaling_fit.fit_pinned_constant`); L_s, B_s as in `scaling_fit.latency_and_bytes`.
+    """
+    paper = dict(zip(P_SCALING, pm.seconds(name)))
+    fitted = [paper[P] for P in FIT_P]
+    comm = {P: link.alpha * L + link.beta * B
+            for P in P_SCALING for L, B in [fit.latency_and_bytes(scheme, P, d)]}
+    c = fit.fit_pinned_constant([comm[P] for P in FIT_P], fitted)
+    mean = fit.mean_of(fitted)
+    return {"mean": {P: mean for P in P_SCALING},
+            "logline": {P: fit.log2_line(FIT_P[0], fitted[0], FIT_P[1], fitted[1], P) for P in P_SCALING},
+            "pinned": {P: c + comm[P] for P in P_SCALING}}, c
+
+
+def baseline_columns(pm: PaperModel, name: str, scheme: SchemeCost, d: int, link: AlphaBeta = TESTBED_LINK) -> dict:
+    """The CSV columns of `baseline_predictions`: each predictor's held-out errors and whether both are
+    within GOAL (the rule of held_out_within_goal), the pinned link, its fitted c and its fit errors."""
+    pred, c = baseline_predictions(pm, name, scheme, d, link)
+    paper = dict(zip(P_SCALING, pm.seconds(name)))
+    row: dict = {}
+    for key, _ in PREDICTORS:
+        err = {P: pred[key][P] / paper[P] - 1 for P in HELD_OUT}
+        row.update({f"{key}_error_P{P}": err[P] for P in HELD_OUT})
+        row[f"{key}_within_goal"] = all(abs(e) <= GOAL for e in err.values())
+    row.update({f"pinned_error_P{P}": pred["pinned"][P] / paper[P] - 1 for P in FIT_P})
+    row.update({"pinned_constant_s": c, "pinned_alpha_s": link.alpha, "pinned_beta_s_per_byte": link.beta})
+    return row
+
+
+def calibrated_rows(cal: Calibration, link: AlphaBeta = TESTBED_LINK) -> list[dict]:
+    """One row per scheme: errors at every P, the growth test and, for a miss, the measured reason;
+    then the naive and pinned-link predictors' columns (`baseline_columns`, alpha and beta = `link`)."""
     pm, out = cal.paper, []
     for s in SCALING_SCHEMES:
         paper = dict(zip(P_SCALING, pm.seconds(s)))
@@ -375,7 +425,8 @@ def calibrated_rows(cal: Calibration) -> list[dict]:
         out.append({"model": pm.name, "scheme": s, **{f"error_P{P}": err[P] for P in P_SCALING},
                     "held_out_within_goal": ok, "paper_growth_4_8_32": growth, "model_growth_min": lo,
                     "model_growth_max": hi, "P32_error_bound_through_P4_P8": bound,
-                    "best_fit_all_P_max_error": best, "reason": reason})
+                    "best_fit_all_P_max_error": best, "reason": reason,
+                    **baseline_columns(pm, s, cal.schemes[s], cal.d, link)})
     return out
 
 
@@ -394,11 +445,12 @@ def constants_row(cal: Calibration, cluster: AlphaBeta) -> dict:
             "gtopk_P32_paper_s": pm.seconds("gtopk")[-1], "gtopk_P32_calibrated_s": cal.seconds("gtopk", 32)}
 
 
-def write_calibrated(cals: list[Calibration], cluster: AlphaBeta, out: Path) -> list[Path]:
+def write_calibrated(cals: list[Calibration], cluster: AlphaBeta, out: Path,
+                     link: AlphaBeta = TESTBED_LINK) -> list[Path]:
     """The three calibrated-mode CSVs (module docstring (d)); prints their tables."""
     points = [[cal.paper.name, s, P, "fit" if P in FIT_P else "held-out", t, cal.seconds(s, P), cal.seconds(s, P) / t - 1]
               for cal in cals for s in SCALING_SCHEMES for P, t in zip(P_SCALING, cal.paper.seconds(s))]
-    errors = [row for cal in cals for row in calibrated_rows(cal)]
+    errors = [row for cal in cals for row in calibrated_rows(cal, link)]
     consts = [constants_row(cal, cluster) for cal in cals]
     paths = [out / "scaling_calibrated_points.csv", out / "scaling_calibrated_errors.csv",
              out / "scaling_calibrated_constants.csv"]
@@ -417,6 +469,7 @@ def print_calibrated(errors: list[dict], consts: list[dict]) -> None:
     for r in errors:
         print(f"| {r['model']} | {r['scheme']} | {r['error_P4']:+.1%} | {r['error_P8']:+.1%} | {r['error_P16']:+.1%} | "
               f"{r['error_P32']:+.1%} | {'yes' if r['held_out_within_goal'] else 'no'} | {r['reason']} |")
+    print_baselines(errors)
     print("\n| model | compute s (fit / paper bs/v1) | selection s (fit / paper breakdown) | alpha ms | beta ns/B "
           "| gTop-k comm P=32: fitted ms / paper breakdown ms (ratio) |")
     print("|---|---|---|---|---|---|")
@@ -425,6 +478,60 @@ def print_calibrated(errors: list[dict], consts: list[dict]) -> None:
         print(f"| {c['model']} | {c['compute_s']:.4g} / {c['paper_bs_over_v1_s']:.4g} | {c['selection_s']:.4g} / "
               f"{c['paper_breakdown_compression_s']:.4g} | {c['alpha_s'] * 1e3:.3g} | {c['beta_s_per_byte'] * 1e9:.3g} | "
               f"{c['gtopk_comm_P32_fitted_s'] * 1e3:.3g} / {c['paper_breakdown_comm_P32_s'] * 1e3:.4g} ({ratio}) |")
+
+
+def baseline_counts(errors: list[dict]) -> str:
+    """The summary line: how many (model, scheme) pairs each predictor gets within GOAL at both
+    held-out P (calibrated: held_out_within_goal; the others: `baseline_columns`)."""
+    counts = [f"calibrated {sum(bool(r['held_out_within_goal']) for r in errors)} of {len(errors)}"]
+    counts += [f"{label} {sum(bool(r[f'{key}_within_goal']) for r in errors)}" for key, label in PREDICTORS]
+    return f"held-out (model, scheme) pairs within {GOAL * 100:.0f} %: " + ", ".join(counts)
+
+
+def print_baselines(errors: list[dict]) -> None:
+    """The naive and pinned-link predictors' held-out errors beside the calibrated fit's, and the counts."""
+    r0 = errors[0]
+    print(f"\nWhat the calibrated fit has to beat (from the paper's P = {FIT_P[0]}, {FIT_P[1]} times of each curve "
+          f"alone): mean = mean(t{FIT_P[0]}, t{FIT_P[1]}); log-line = the line in log2 P through them; pinned = "
+          f"c + alpha L(P) + beta B(P), alpha = {r0['pinned_alpha_s'] * 1e6:.4g} us, "
+          f"beta = {r0['pinned_beta_s_per_byte'] * 1e9:.4g} ns/B pinned, c >= 0 fitted")
+    cols = " | ".join(f"{label} P={P}" for _, label in (("calibrated", "calibrated"), *PREDICTORS) for P in HELD_OUT)
+    print(f"| model | scheme | {cols} | pinned c s | pinned fit P={FIT_P[0]}, {FIT_P[1]} |")
+    print("|---|---|" + "---|" * (2 * (len(PREDICTORS) + 1) + 2))
+    for r in errors:
+        cells = [f"{r[f'error_P{P}']:+.1%}" for P in HELD_OUT]
+        cells += [f"{r[f'{key}_error_P{P}']:+.1%}" for key, _ in PREDICTORS for P in HELD_OUT]
+        fit_err = ", ".join(f"{r[f'pinned_error_P{P}']:+.1%}" for P in FIT_P)
+        print(f"| {r['model']} | {r['scheme']} | {' | '.join(cells)} | {r['pinned_constant_s']:.4g} | {fit_err} |")
+    print(baseline_counts(errors))
+
+
+def load_link(link: list[float] | None, link_from: str | None) -> AlphaBeta:
+    """The pinned predictor's alpha and beta: --link ALPHA BETA, or network.alpha/beta of --link-from
+    PATH (a conf/cluster-style YAML, as `make alphabeta-testbed` writes), else TESTBED_LINK.
+    ValueError with a one-line reason naming the option when a value is missing, not a number or < 0."""
+    if link is not None:
+        where, values = "--link ALPHA BETA", link
+    elif link_from is not None:
+        where = f"--link-from {link_from}"
+        if not Path(link_from).is_file():
+            raise ValueError(f"{where}: no such file")
+        try:
+            cfg = OmegaConf.load(link_from)
+            values = [cfg.network.alpha, cfg.network.beta]
+        except Exception as err:        # noqa: BLE001 -- any YAML or key error becomes the one-line reason
+            raise ValueError(f"{where}: needs network.alpha and network.beta "
+                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from err
+    else:
+        return TESTBED_LINK
+    try:
+        alpha, beta = (float(v) for v in values)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: alpha and beta must be numbers, got {values!r}") from err
+    if not all(math.isfinite(v) and v >= 0 for v in (alpha, beta)):
+        raise ValueError(f"{where}: alpha and beta must be finite and >= 0 (seconds per message, seconds per "
+                         f"byte), got {alpha!r}, {beta!r}")
+    return AlphaBeta(alpha, beta)
 
 
 def shipped_profiles() -> list[Profile]:
@@ -463,12 +570,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrated", action=argparse.BooleanOptionalAction, default=True,
                     help="fit effective constants to the paper's P = 4, 8 times, predict P = 16, 32, overlay them "
                          "and write scaling_calibrated_*.csv (default: on)")
+    link = ap.add_mutually_exclusive_group()
+    link.add_argument("--link", nargs=2, type=float, metavar=("ALPHA", "BETA"), default=None,
+                      help="the pinned predictor's alpha (s) and beta (s/byte) (default: the measured testbed "
+                           f"link, {TESTBED_ALPHA_S:g} s and {TESTBED_BETA_S_PER_BYTE:g} s/byte)")
+    link.add_argument("--link-from", metavar="PATH", default=None,
+                      help="take the pinned predictor's alpha and beta from network.alpha/beta of this YAML "
+                           "(e.g. outputs/testbed/alphabeta.yaml of make alphabeta-testbed)")
     args = ap.parse_args(argv)
     if args.no_shipped and not args.profile:
         ap.error("--no-shipped needs at least one --profile PATH")
     t0 = time.perf_counter()
     shipped = [] if args.no_shipped else shipped_profiles()
     try:
+        pinned = load_link(args.link, args.link_from)
         profs = shipped + load_profile_files(args.profile, shipped)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -489,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     written.append(out / "ratios_p32.csv")
     print_ratios(rows)
     if cals:
-        written += write_calibrated(cals, nets[0][1], out)
+        written += write_calibrated(cals, nets[0][1], out, pinned)
     print(f"wrote {len(written)} files to {out} in {time.perf_counter() - t0:.1f} s")
     return 0
 

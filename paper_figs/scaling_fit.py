@@ -18,6 +18,10 @@ points. `growth_ratio` and `growth_range` test a scheme without any fit: with co
 alpha, beta >= 0 free, the ratio (t(P3) - t(P2)) / (t(P2) - t(P1)) of a model lies between the same
 ratio of L and of B alone (a mediant), so a measured ratio outside that range cannot be produced by
 any constants.
+
+`mean_of`, `log2_line` and `fit_pinned_constant` are the baselines such a fit has to beat: the mean
+of the fitted times, the straight line in log2 P through them, and the model with alpha and beta
+pinned to a measured link, leaving one constant >= 0 free.
 """
 from __future__ import annotations
 
@@ -118,3 +122,40 @@ def growth_range(scheme: SchemeCost, Ps: tuple[int, int, int], d: int) -> tuple[
     if not ratios:
         raise ValueError(f"scheme {scheme.name!r}: its communication does not change from P = {Ps[0]} to {Ps[2]}")
     return min(ratios), max(ratios)
+
+
+# --- naive predictors and the pinned-link fit: what a calibrated model has to beat ------------------
+def mean_of(times: Sequence[float]) -> float:
+    """The naive "mean" predictor: t(P) = the mean of the fitted times, the same for every P
+    (P-independent; `fig_scaling.py` passes the paper's P = 4 and 8 times). ValueError when empty."""
+    if not times:
+        raise ValueError("mean_of: no times")
+    return float(sum(times) / len(times))
+
+
+def log2_line(P1: int, t1: float, P2: int, t2: float, P: int) -> float:
+    """The naive "log-line" predictor: the straight line through (log2 P1, t1) and (log2 P2, t2),
+    evaluated at log2 P (for P1, P2 = 4, 8: t4 + (t8 - t4) (log2 P - 2)). ValueError when P1 == P2
+    or a P is not positive."""
+    if min(P1, P2, P) <= 0 or P1 == P2:
+        raise ValueError(f"log2_line: need distinct P1, P2 > 0 and P > 0, got P1={P1}, P2={P2}, P={P}")
+    x1, x2 = math.log2(P1), math.log2(P2)
+    return float(t1 + (t2 - t1) * (math.log2(P) - x1) / (x2 - x1))
+
+
+def fit_pinned_constant(comm_seconds: Sequence[float], seconds: Sequence[float]) -> float:
+    """The one constant c >= 0 of t_i = c + comm_i (comm_i = alpha L_s(P_i) + beta B_s(P_i) at a
+    pinned alpha and beta) minimising sum_i ((c + comm_i - t_i) / t_i)^2.
+
+    Closed form: c = max(0, sum_i (t_i - comm_i) / t_i^2 / sum_i 1 / t_i^2) (the objective is a
+    parabola in c, so clipping its vertex at 0 is the non-negative optimum). ValueError on empty,
+    mismatched or non-positive times.
+    """
+    if not seconds or len(comm_seconds) != len(seconds):
+        raise ValueError(f"fit_pinned_constant: {len(comm_seconds)} communication times but {len(seconds)} times")
+    t = np.asarray(seconds, dtype=np.float64)
+    if not np.all(np.isfinite(t)) or np.any(t <= 0):
+        raise ValueError("fit_pinned_constant: times must be finite and > 0")
+    comm = np.asarray(comm_seconds, dtype=np.float64)
+    w = 1.0 / t**2
+    return max(0.0, float(np.sum((t - comm) * w) / np.sum(w)))

@@ -95,3 +95,36 @@ def test_any_constants_stay_inside_the_growth_range():
                  fit.BETA: rng.uniform(1e-11, 1e-7)}
             t = [fit.predict(fit.features(scheme, P, D), c) for P in (4, 8, 32)]
             assert lo - 1e-9 <= fit.growth_ratio(*t) <= hi + 1e-9
+
+
+# --- naive predictors and the pinned-link constant ----------------------------------------------------
+def test_mean_and_log2_line_by_hand():
+    assert fit.mean_of([1.0, 3.0]) == 2.0
+    # the line through (log2 4, 1) and (log2 8, 1.5): +0.5 s per doubling
+    assert [fit.log2_line(4, 1.0, 8, 1.5, P) for P in (4, 8, 16, 32)] == [1.0, 1.5, 2.0, 2.5]
+    assert fit.log2_line(4, 2.0, 8, 1.0, 32) == -1.0                 # a falling line is extrapolated as it is
+    with pytest.raises(ValueError, match="mean_of"):
+        fit.mean_of([])
+    for args in ((4, 1.0, 4, 2.0, 16), (0, 1.0, 8, 2.0, 16), (4, 1.0, 8, 2.0, 0)):
+        with pytest.raises(ValueError, match="log2_line"):
+            fit.log2_line(*args)
+
+
+def test_pinned_constant_by_hand_and_against_a_grid():
+    comm, t = [0.1, 0.3], [1.0, 2.0]
+    # d/dc sum ((c + comm_i - t_i) / t_i)^2 = 0: c = (0.9 / 1 + 1.7 / 4) / (1 + 1 / 4) = 1.06
+    c = fit.fit_pinned_constant(comm, t)
+    assert c == pytest.approx(1.06, rel=1e-12)
+
+    def objective(x):
+        return sum(((x + a - b) / b) ** 2 for a, b in zip(comm, t))
+    grid = [i * 1e-4 for i in range(30_001)]                         # 0 ... 3 s
+    assert abs(min(grid, key=objective) - c) <= 1e-4
+    assert fit.fit_pinned_constant([0.5, 1.25], [0.7, 1.45]) == pytest.approx(0.2, rel=1e-12)   # exact times
+    assert fit.fit_pinned_constant([2.0, 3.0], [1.0, 2.0]) == 0.0    # the link alone is too slow: c stops at 0
+
+
+@pytest.mark.parametrize("comm,times", [([], []), ([0.1], [1.0, 2.0]), ([0.1], [0.0]), ([0.1], [math.inf])])
+def test_pinned_constant_rejects_bad_input(comm, times):
+    with pytest.raises(ValueError, match="fit_pinned_constant"):
+        fit.fit_pinned_constant(comm, times)
