@@ -92,7 +92,8 @@ class SparseHook:
         _, payload = state.sync.compress(flat, self.density)
         if self.executor is None:
             self.executor = TorchExecutor(self.group, self.buffers)
-        reduced, log = run_torch(self.scheme.collective, payload, executor=self.executor)
+        collective = self.scheme.collective_for(flat.numel(), self.density)   # min-compression rule
+        reduced, log = run_torch(collective, payload, executor=self.executor)
         state.sync.settle(payload, reduced)
         average = reduced.average()
         if in_order:
