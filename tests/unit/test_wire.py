@@ -350,3 +350,20 @@ def test_min_compression_in_training_sends_dense_bytes(tmp_path):
     assert rows["0"]["density/achieved"] == rows["2"]["density/achieved"] == 1.0
     sparse_bytes, dense_bytes = rows["0"]["comm/bytes_sent"], rows["2"]["comm/bytes_sent"]
     assert sparse_bytes == 2 * dense_bytes          # P = 2: allgather sends 8d, the ring allreduce 4d
+
+
+def test_16bit_values_send_six_bytes_per_entry_in_training(tmp_path):
+    """The trainer's comm/bytes_sent is the executor's count: 6/8 of the fp32 bytes for a sparse scheme."""
+    import json
+
+    from conftest import train
+
+    args = ["compressor=topk", "cluster.world_size=3", "trainer.max_steps=1", "trainer.batch_size=8"]
+    sent = {}
+    for values in ("fp32", "bf16"):
+        train(tmp_path / values, *args, f"compressor.wire.values={values}")
+        lines = [json.loads(x) for x in (tmp_path / values / "metrics.jsonl").read_text().splitlines()]
+        row = next(r for r in lines if "comm/bytes_sent" in r)
+        sent[values] = (row["comm/bytes_sent"], row["time/comm_model_s"])
+    assert 8 * sent["bf16"][0] == 6 * sent["fp32"][0] and sent["bf16"][0] > 0
+    assert sent["bf16"][1] < sent["fp32"][1]          # the cost model sees the smaller messages too
