@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from ssgd.comm.torch_dist import TorchExecutor, run_torch
@@ -153,18 +153,30 @@ class SparseHook:
         return Scheme.from_config(self.config, derive_seed(self.seed, first, "ddp-bucket"))
 
 
+HALF_VALUES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
 def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtopk", density: float | None = None,
-             *, seed: int = 0, process_group: dist.ProcessGroup | None = None) -> SparseHook:
+             *, seed: int = 0, process_group: dist.ProcessGroup | None = None,
+             values: str | None = None) -> SparseHook:
     """Run scheme `compressor` (conf/compressor/<name>.yaml: dense, topk, gtopk, gaussiank, randomk,
     dgcsampling, or your own) on every gradient bucket of `model` (module docstring); returns the hook's
     state. `density`: k / d per bucket (None: the file's `density`; the file's per-epoch warm-up is not
     applied, set `hook.density` yourself to follow one). `seed`: the compressors' random streams (Random-k,
     DGC sampling), as the trainer's `seed`. `process_group`: the group of `model` (None: the default).
+    `values`: the wire format of the values (fp32, fp16, bf16; docs/compressors.md#wire-formats); None: the
+    file's `wire.values`, or, when the file sets none, the model's own precision for a model whose
+    trainable parameters are all bf16 (or all fp16), so a bf16 model sends bf16 values, else fp32.
     ValueError for an unknown scheme or a density outside (0, 1]."""
     config = compressor_config(compressor)
+    params = [p for p in model.module.parameters() if p.requires_grad]
+    dtypes = {p.dtype for p in params}
+    if values is None and OmegaConf.select(config, "wire.values") is None and len(dtypes) == 1:
+        values = HALF_VALUES.get(dtypes.pop())
+    if values is not None:
+        OmegaConf.update(config, "wire.values", values, force_add=True)
     scheme = Scheme.from_config(config, seed)
     rho = check_density(scheme.density.density if density is None else density)
-    params = [p for p in model.module.parameters() if p.requires_grad]
     hook = SparseHook(scheme, float(rho), params, seed, config, process_group)
     model.register_comm_hook(hook, _hook)
     return hook
