@@ -159,7 +159,7 @@ HALF_VALUES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtopk", density: float | None = None,
              *, seed: int = 0, process_group: dist.ProcessGroup | None = None,
              values: str | None = None) -> SparseHook:
-    """Run scheme `compressor` (conf/compressor/<name>.yaml: dense, topk, gtopk, gaussiank, randomk,
+    """Run scheme `compressor` (conf/compressor/<name>.yaml: dense, dense16, topk, gtopk, gaussiank, randomk,
     dgcsampling, or your own) on every gradient bucket of `model` (module docstring); returns the hook's
     state. `density`: k / d per bucket (None: the file's `density`; the file's per-epoch warm-up is not
     applied, set `hook.density` yourself to follow one). `seed`: the compressors' random streams (Random-k,
