@@ -367,3 +367,12 @@ def test_16bit_values_send_six_bytes_per_entry_in_training(tmp_path):
         sent[values] = (row["comm/bytes_sent"], row["time/comm_model_s"])
     assert 8 * sent["bf16"][0] == 6 * sent["fp32"][0] and sent["bf16"][0] > 0
     assert sent["bf16"][1] < sent["fp32"][1]          # the cost model sees the smaller messages too
+
+
+def test_the_iteration_model_times_dense16_as_two_byte_elements():
+    from ssgd.tools.schemes import scheme
+
+    dense, dense16 = scheme("dense", 10_000), scheme("dense16", 10_000)
+    assert dense16.collective.wire.values == "bf16" and dense.collective.wire.values == "fp32"
+    assert dense16.collective.model_seconds(NET, 4, 10_000, [10_000] * 4) == cost.allreduce_seconds(NET, 4, 10_000, 2)
+    assert dense.collective.model_seconds(NET, 4, 10_000, [10_000] * 4) == cost.allreduce_seconds(NET, 4, 10_000, 4)
