@@ -162,6 +162,20 @@ class ClusterConfig:
         _int_at_least(self.world_size, "cluster.world_size", 1)
 
 
+WIRE_VALUES = ("fp32", "fp16", "bf16")
+
+
+@dataclass
+class WireConfig:
+    """`compressor.wire:` how payload values travel (ssgd.comm.wire; docs/compressors.md#wire-formats)."""
+
+    values: str = "fp32"                       # fp32 | fp16 | bf16 (indices are int32 in every format)
+
+    def __post_init__(self) -> None:
+        if self.values not in WIRE_VALUES:
+            raise ConfigError(f"compressor.wire.values={self.values!r}: allowed: {', '.join(WIRE_VALUES)}")
+
+
 @dataclass
 class CompressorConfig:
     """`compressor:` one communication scheme (conf/compressor/): a local compressor, the collective that
@@ -173,9 +187,12 @@ class CompressorConfig:
     compress: Any = MISSING                    # _target_: a ssgd.compress.base.Compressor (partial: takes generator)
     collective: Any = MISSING                  # _target_: a ssgd.comm.base.Collective
     memory: Any = MISSING                      # _target_: error-feedback memory (partial: takes d, device)
+    wire: WireConfig = field(default_factory=WireConfig)
+    min_compression: float = 0.0               # go dense when sparse bytes save less than this factor (0: never)
 
     def __post_init__(self) -> None:
         check_density(self.density, "compressor.density")
+        _finite_at_least(self.min_compression, "compressor.min_compression", 0.0, what=" (0: off)")
         for i, v in enumerate(self.density_warmup):
             check_density(v, f"compressor.density_warmup[{i}]")
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from ssgd.comm.torch_dist import TorchExecutor, run_torch
@@ -183,7 +183,8 @@ class SparseHook:
         _, payload = state.sync.compress(flat, job.density)
         if self.executor is None:
             self.executor = TorchExecutor(self.group, self.buffers)
-        reduced, log = run_torch(self.scheme.collective, payload, executor=self.executor)
+        collective = self.scheme.collective_for(flat.numel(), job.density)   # min-compression rule
+        reduced, log = run_torch(collective, payload, executor=self.executor)
         state.sync.settle(payload, reduced)
         average = reduced.average()
         if in_order:
@@ -247,23 +248,35 @@ class SparseHook:
         return Scheme.from_config(self.config, derive_seed(self.seed, first, "ddp-bucket"))
 
 
+HALF_VALUES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
 def hook_state(model: nn.Module, compressor: str = "gtopk", density: float | None = None, *, seed: int = 0,
-               process_group: dist.ProcessGroup | None = None, overlap: bool = True) -> SparseHook:
+               process_group: dist.ProcessGroup | None = None, overlap: bool = True,
+               values: str | None = None) -> SparseHook:
     """The state of the hook for `model` (a DistributedDataParallel model or the module it wraps), to pass
     with `sparse_hook` to `model.register_comm_hook(state, sparse_hook)`, as PyTorch's hooks take theirs.
 
-    `compressor`: a scheme, conf/compressor/<name>.yaml (dense, topk, gtopk, gaussiank, randomk,
+    `compressor`: a scheme, conf/compressor/<name>.yaml (dense, dense16, topk, gtopk, gaussiank, randomk,
     dgcsampling, or your own). `density`: k / d per bucket (None: the file's `density`; the file's per-epoch
     warm-up is not applied, set `state.density` yourself to follow one). `seed`: the compressors' random
     streams (Random-k, DGC sampling), as the trainer's `seed`. `process_group`: the group of `model` (None:
     the default). `overlap`: compress and communicate on the communication thread (module docstring), over
     a new group of the same ranks (`dist.new_group`: call this on every rank of the default group, as
-    `new_group` requires); False: inside the hook, on `process_group`. ValueError for an unknown scheme or a
-    density outside (0, 1]."""
+    `new_group` requires); False: inside the hook, on `process_group`. `values`: the wire format of the
+    values (fp32, fp16, bf16; docs/compressors.md#wire-formats); None: the file's `wire.values`, or, when the
+    file sets none, the model's own precision for a model whose trainable parameters are all bf16 (or all
+    fp16), so a bf16 model sends bf16 values, else fp32. ValueError for an unknown scheme or a density
+    outside (0, 1]."""
     config = compressor_config(compressor)
+    params = [p for p in model.parameters() if p.requires_grad]
+    dtypes = {p.dtype for p in params}
+    if values is None and OmegaConf.select(config, "wire.values") is None and len(dtypes) == 1:
+        values = HALF_VALUES.get(dtypes.pop())
+    if values is not None:
+        OmegaConf.update(config, "wire.values", values, force_add=True)
     scheme = Scheme.from_config(config, seed)
     rho = check_density(scheme.density.density if density is None else density)
-    params = [p for p in model.parameters() if p.requires_grad]
     if overlap:       # the thread's own group: its collectives never interleave with DDP's own on `process_group`
         process_group = dist.new_group(dist.get_process_group_ranks(process_group or dist.group.WORLD))
     return SparseHook(scheme, float(rho), params, seed, config, process_group, overlap=overlap)
@@ -280,9 +293,11 @@ sparse_hook.__annotations__ = {"state": SparseHook, "bucket": dist.GradBucket,
 
 
 def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtopk", density: float | None = None,
-             *, seed: int = 0, process_group: dist.ProcessGroup | None = None, overlap: bool = True) -> SparseHook:
+             *, seed: int = 0, process_group: dist.ProcessGroup | None = None, overlap: bool = True,
+             values: str | None = None) -> SparseHook:
     """Run scheme `compressor` on every gradient bucket of `model` (module docstring): builds
     `hook_state(model, ...)` (same arguments), registers it with `sparse_hook`, and returns the state."""
-    state = hook_state(model, compressor, density, seed=seed, process_group=process_group, overlap=overlap)
+    state = hook_state(model, compressor, density, seed=seed, process_group=process_group, overlap=overlap,
+                       values=values)
     model.register_comm_hook(state, sparse_hook)
     return state

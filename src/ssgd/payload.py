@@ -65,7 +65,9 @@ def _check_out(out: Tensor, numel: int) -> None:
 
 @dataclass(frozen=True)
 class Dense:
-    """The whole vector: values float32 [d] (not copied; a compressor may hand over u itself)."""
+    """The whole vector: values float32 [d] (not copied; a compressor may hand over u itself), or
+    float16 / bfloat16 [d] when a 16-bit wire format rounded them (`ssgd.comm.wire.WireFormat.encode`):
+    decoding gives float32, and `subtract_from` subtracts the rounded values, so e keeps the rounding."""
 
     values: Tensor
 
@@ -79,10 +81,11 @@ class Dense:
 
     def to_dense(self, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
         """values / scale; `values` itself when scale == 1 and no `out` is given."""
+        values = self.values.float()                 # float32: the tensor itself, no copy
         if out is None:
-            return self.values if scale == 1.0 else self.values / scale
+            return values if scale == 1.0 else values / scale
         _check_out(out, self.numel)
-        return out.copy_(self.values) if scale == 1.0 else torch.div(self.values, scale, out=out)
+        return out.copy_(values) if scale == 1.0 else torch.div(values, scale, out=out)
 
     def restrict(self, support: Tensor | None) -> Payload:
         """self, or the entries at `support` as a `Sparse` (copies of values)."""
@@ -91,6 +94,7 @@ class Dense:
         return Sparse(support, self.values[support], self.numel)
 
     def subtract_from(self, e: Tensor) -> None:
+        """e -= values (16-bit values are widened to float32 first: e keeps their rounding error)."""
         e.sub_(self.values)
 
     def indices(self) -> Tensor | None:
@@ -106,7 +110,9 @@ class Sparse:
     """n entries of a flat vector of length `numel`.
 
     idx: int64 [n], distinct positions in [0, numel); val: float32 [n], copies of the described
-    vector's values (compressors copy u). Order carries no meaning.
+    vector's values (compressors copy u), or float16 / bfloat16 [n], those copies rounded by a
+    16-bit wire format (`ssgd.comm.wire.WireFormat.encode`). Order carries no meaning. Decoding
+    (`to_dense`, `write_into`) always gives float32.
     """
 
     idx: Tensor
@@ -123,7 +129,7 @@ class Sparse:
     def to_dense(self, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
         """float32 [numel], zero outside idx; val / scale at idx (division done element-wise)."""
         if out is None:
-            out = torch.zeros(self.numel, dtype=self.val.dtype, device=self.val.device)
+            out = torch.zeros(self.numel, dtype=torch.float32, device=self.val.device)
         else:
             _check_out(out, self.numel)
             out.zero_()
@@ -131,7 +137,8 @@ class Sparse:
 
     def write_into(self, out: Tensor, scale: float = 1.0) -> Tensor:
         """out[idx] = val / scale (division element-wise); the rest of `out` untouched. O(n)."""
-        return out.scatter_(0, self.idx, self.val if scale == 1.0 else self.val / scale)
+        val = self.val.float()                       # float32: the tensor itself, no copy
+        return out.scatter_(0, self.idx, val if scale == 1.0 else val / scale)
 
     def restrict(self, support: Tensor | None) -> Payload:
         """self, or the entries whose index is in `support` (in this payload's order)."""
@@ -141,9 +148,14 @@ class Sparse:
         return Sparse(self.idx[keep], self.val[keep], self.numel)
 
     def subtract_from(self, e: Tensor) -> None:
-        """e[idx] = 0: the values are copies of e's (the contract), so e - val is zero there; zeroing
-        is O(n) and exact even for infinite values."""
-        e.index_fill_(0, self.idx, 0.0)
+        """float32 values: e[idx] = 0, since they are copies of e's (the contract), so e - val is zero
+        there; zeroing is O(n) and exact even for infinite values. 16-bit values (lossy): e[idx] -=
+        val, in float32, so e keeps the rounding error; e[idx] + val == the old e[idx] exactly when
+        the value is finite (x - round(x) is exact in float32: Sterbenz, or the low bits of x)."""
+        if self.val.dtype == torch.float32:
+            e.index_fill_(0, self.idx, 0.0)
+        else:
+            e.scatter_(0, self.idx, e.index_select(0, self.idx) - self.val.float())
 
     def indices(self) -> Tensor | None:
         return self.idx
@@ -166,13 +178,14 @@ def member_of(x: Tensor, support: Tensor) -> Tensor:
 def sum_sparse(parts: list[Sparse]) -> Sparse:
     """Sum of sparse vectors of one length; result has distinct indices in increasing order.
 
-    Values on a common index are added left to right in list order (index_add_ on CPU is serial
+    Values are added in float32 (16-bit values are widened first). Values on a common index are
+    added left to right in list order (index_add_ on CPU is serial
     at one intra-op thread), so the bits equal a dense rank-order sum of the parts (on CPU; CUDA's
     index_add_ accumulates in no fixed order).
     """
     numel = parts[0].numel
     idx = torch.cat([p.idx for p in parts])
-    val = torch.cat([p.val for p in parts])
+    val = torch.cat([p.val.float() for p in parts])
     uniq, inverse = torch.unique(idx, sorted=True, return_inverse=True)
     out = torch.zeros(uniq.numel(), dtype=val.dtype, device=val.device).index_add_(0, inverse, val)
     return Sparse(uniq, out, numel)

@@ -67,9 +67,14 @@ AUGMENT = ["model=fnn3", "compressor=topk", f"cluster.world_size={RANKS}", "trai
            "trainer.checkpoint_every=1", "seed=5"]   # 5 steps of 3 x 4 augmented CIFAR-10 images
 
 
+WIRE_CASES = {"topk-bf16": ("topk", "bf16"), "gtopk-fp16": ("gtopk", "fp16")}
+
+
 def equivalence_cases(cifar: Path) -> dict[str, list[str]]:
     cases = {name: [f"compressor={name}", *EQUIV] for name in group_options("compressor")}   # every scheme
     cases["gtopk-strict"] = ["compressor=gtopk", "compressor.collective.residual=strict", *EQUIV]
+    for name, (scheme, values) in WIRE_CASES.items():            # 16-bit wire formats (dense16 is a scheme)
+        cases[name] = [f"compressor={scheme}", f"compressor.wire.values={values}", *EQUIV]
     cases["cifar-augment"] = ["dataset=cifar10", f"dataset.data_dir='{cifar}'", *AUGMENT]
     return cases
 
@@ -106,6 +111,13 @@ def test_thread_and_mpi_agree_with_the_strict_gtopk_residual(equivalence_runs):
     """The strict rule's extra mask messages run on real ranks too: same parameters and residuals."""
     case = trained(equivalence_runs, "gtopk-strict")
     assert_same_runs(case / "thread", case / "mpi", "gtopk")
+
+
+@pytest.mark.parametrize("case", sorted(WIRE_CASES))
+def test_thread_and_mpi_agree_with_16bit_wire_values(case, equivalence_runs):
+    """16-bit values on the wire (6-byte entries): the same bits on both backends, weights and residuals."""
+    assert_same_runs(trained(equivalence_runs, case) / "thread", trained(equivalence_runs, case) / "mpi",
+                     WIRE_CASES[case][0])
 
 
 def test_thread_and_mpi_draw_the_same_crops(equivalence_runs):

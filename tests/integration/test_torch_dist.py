@@ -118,6 +118,17 @@ def test_thread_and_torch_end_with_the_same_parameters(compressor, tmp_path):
     assert_same_runs(tmp_path / "thread", tmp_path / "torch", compressor)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("compressor, values", [("topk", "bf16"), ("gtopk", "fp16")])
+def test_thread_and_torch_agree_with_16bit_wire_values(compressor, values, tmp_path):
+    """16-bit values on the wire (6-byte entries): bitwise equal weights and residuals, as with fp32."""
+    overrides = [f"compressor={compressor}", f"compressor.wire.values={values}", *EQUIV]
+    _train_thread([*overrides, "backend=thread"], tmp_path / "thread")
+    steps = run_ranks(3, _train_torch_rank, ([*overrides, "backend=torch"], str(tmp_path / "torch")), timeout=120)
+    assert steps == [5, 5, 5]
+    assert_same_runs(tmp_path / "thread", tmp_path / "torch", compressor)
+
+
 # -- launching, as a user does -----------------------------------------------------------------------
 def train(run_dir: Path, *overrides: str, timeout: int = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_SILENT": "true"}

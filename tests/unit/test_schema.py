@@ -33,7 +33,7 @@ def problem(*overrides: str) -> str:
 
 # override -> a piece of the one line the user must see
 BAD = {
-    "compressor=foo": "compressor=foo: no such option; allowed: dense, dgcsampling",
+    "compressor=foo": "compressor=foo: no such option; allowed: dense, dense16, dgcsampling",
     "optimizer=sgdd": "optimizer=sgdd: no such option; allowed: adam, adamw, sgd",
     "+foo=1": "foo: unknown key; allowed: backend",
     "+trainer.foo=1": "trainer.foo: unknown key",

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from ssgd.comm.ops import Op
+from ssgd.comm.wire import FP32, WireFormat
 from ssgd.payload import Payload
 from ssgd.perf.alphabeta import AlphaBeta
 
@@ -51,10 +52,19 @@ class Collective(ABC):
     `program(rank, P, payload)` is a generator: it yields `ssgd.comm.ops` operations, receives
     their results, and returns this rank's `Reduced`. It must not touch global state.
     `max_numel`: the largest d its wire format carries (None: no limit); see `check_numel`.
+    `wire`: the format of the values (fp32 unless the constructor takes `values`); `encode` rounds a
+    payload to it before the program runs.
     """
 
     name: ClassVar[str]
     max_numel: ClassVar[int | None] = None
+    wire: WireFormat = FP32       # how payload values travel (`ssgd.comm.wire`); set by a constructor
+
+    def encode(self, payload: Payload) -> Payload:
+        """The payload this collective sends for `payload`: its values rounded to the wire format
+        (`WireFormat.encode`; fp32: `payload` itself). `ssgd.loop.sync.RankSync.compress` calls it, so
+        that the residual keeps what the wire rounded away."""
+        return self.wire.encode(payload)
 
     @abstractmethod
     def program(self, rank: int, P: int, payload: Payload) -> Program:

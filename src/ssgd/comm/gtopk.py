@@ -23,7 +23,10 @@ released code hclhkbu/gtopkssgd, allreducer.py `gtopk_sparse_allreduce`).
    docs/compressors.md measures the difference.
 
 Every tree message is 2k int32 (index + value bits, `ssgd.comm.wire`): fixed size, because the union
-of two k-sets has at least k entries.
+of two k-sets has at least k entries. With `values="fp16"|"bf16"` (`compressor.wire.values`) a message is
+6k bytes: the leaves' values are rounded once by `encode` (their residuals keep that rounding), merges
+add the decoded values in float32, and every partial sum a rank forwards (and the root's broadcast) is
+rounded to 16 bits again; that second rounding belongs to no rank's payload, so no residual keeps it.
 
 Cost per rank and call: O(k) on arrays of k entries, never O(d). Inside the tree, vectors stay in
 the wire's int32 indices and in increasing index order (payloads of `select_topk` already are; any
@@ -49,7 +52,7 @@ from torch import Tensor
 from ssgd.comm import native
 from ssgd.comm.base import Collective, Program, Reduced
 from ssgd.comm.ops import Bcast, Op, Recv, Send
-from ssgd.comm.wire import MAX_NUMEL, check_numel, pack_entries, unpack_sparse
+from ssgd.comm.wire import MAX_NUMEL, FP32, WireFormat, check_numel
 from ssgd.payload import Payload, Sparse
 from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
@@ -164,10 +167,10 @@ def merge_topk(a: Sparse, b: Sparse, k: int) -> Sparse:
 class _RankBuffers:
     """One rank's message buffers, reused from call to call while k and the device stay the same."""
 
-    def __init__(self, k: int, device: torch.device) -> None:
+    def __init__(self, k: int, device: torch.device, wire: WireFormat = FP32) -> None:
         self.k, self.device = k, device
-        self.send = torch.empty(2 * k, dtype=torch.int32, device=device)
-        self.recv = torch.empty(2 * k, dtype=torch.int32, device=device)
+        self.send = wire.message(k, device)
+        self.recv = wire.message(k, device)
         self.mask_in = torch.empty(k, dtype=torch.uint8, device=device)
         self.mask_out = torch.empty(k, dtype=torch.uint8, device=device)
 
@@ -179,7 +182,7 @@ class GTopKAllreduce(Collective):
     """Global Top-k of the sum of the ranks' k-sparse vectors; every payload must have exactly k entries.
 
     residual: "released" (default) or "strict", which of a rank's entries count as sent (module
-    docstring). Holds per-rank message buffers between calls (never shared between ranks; a
+    docstring). values: the wire format of the values, "fp32" (default), "fp16" or "bf16". Holds per-rank message buffers between calls (never shared between ranks; a
     program that finds its rank's buffers in use by another program of the same rank allocates
     its own), so one instance serves one run.
     """
@@ -187,10 +190,11 @@ class GTopKAllreduce(Collective):
     name = "gtopk_allreduce"
     max_numel = MAX_NUMEL
 
-    def __init__(self, residual: str = "released") -> None:
+    def __init__(self, residual: str = "released", values: str = "fp32") -> None:
         if residual not in RESIDUAL_RULES:
             raise BadArgument("residual", residual, f"must be one of {', '.join(RESIDUAL_RULES)}")
         self.residual = residual
+        self.wire = WireFormat(values)
         self._idle: dict[int, _RankBuffers] = {}
 
     def program(self, rank: int, P: int, payload: Payload) -> Program:
@@ -199,26 +203,28 @@ class GTopKAllreduce(Collective):
         k, device = len(payload), payload.idx.device
         bufs = self._idle.pop(rank, None)
         if bufs is None or not bufs.fits(k, device):
-            bufs = _RankBuffers(k, device)
+            bufs = _RankBuffers(k, device, self.wire)
         try:
             return (yield from self._run(rank, P, payload, bufs))
         finally:
             self._idle[rank] = bufs
 
     def _run(self, rank: int, P: int, payload: Sparse, bufs: _RankBuffers) -> Generator[Op, Any, Reduced]:
-        d, k = payload.numel, len(payload)
+        d, k, wire = payload.numel, len(payload), self.wire
         check_numel(d)
+        wire.check(payload.val, "GTopKAllreduce")
         # a rank that merges keeps the wire's int32 indices through the tree; a leaf packs its payload as it is
         own = payload.idx.to(torch.int32) if P > 1 and not rank & 1 else payload.idx
-        s_idx, s_val, merges, mask, parent = own, payload.val, [], 1, None
+        s_idx, s_val, merges, mask, parent = own, payload.val.float(), [], 1, None
         while mask < P:                                           # 1. reduce to rank 0
             if rank & mask:
                 parent = rank & ~mask
-                yield Send(parent, pack_entries(s_idx, s_val, bufs.send), TAG_GTOPK)
+                yield Send(parent, wire.pack_entries(s_idx, s_val, bufs.send), TAG_GTOPK)
                 break
             if rank | mask < P:
                 yield Recv(rank | mask, bufs.recv, TAG_GTOPK)
-                s_idx, s_val, trace = merge_entries(s_idx, s_val, bufs.recv[:k], bufs.recv[k:].view(torch.float32), k,
+                r_idx, r_val = wire.unpack_raw(bufs.recv)
+                s_idx, s_val, trace = merge_entries(s_idx, s_val, r_idx, r_val.float(), k,
                                                     trace=self.residual == "strict")
                 merges.append((rank | mask, trace))
             mask <<= 1
@@ -233,12 +239,13 @@ class GTopKAllreduce(Collective):
                 alive, child_alive = trace.survivors(alive)
                 yield Send(child, bufs.mask_out.copy_(child_alive), TAG_SURVIVED)
             support = payload.idx[alive].sort().values            # increasing: `restrict` bisects it
-        root = pack_entries(s_idx, s_val, bufs.send) if rank == 0 else bufs.recv
-        g = unpack_sparse((yield Bcast(root)), d)                 # 2. broadcast (I_g, V_g)
-        g = Sparse(g.idx, g.val.clone(), d)                       # own the values: buffers are reused
+        root = wire.pack_entries(s_idx, s_val, bufs.send) if rank == 0 else bufs.recv
+        g = wire.unpack((yield Bcast(root)), d)                   # 2. broadcast (I_g, V_g)
+        if not wire.lossy:
+            g = Sparse(g.idx, g.val.clone(), d)                   # own the values: buffers are reused
         return Reduced(g, P, support=g.idx if support is None else support)
 
     def model_seconds(self, net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
         if self.residual == "strict":
-            return cost.gtopk_strict_seconds(net, P, counts[0])
-        return cost.gtopk_seconds(net, P, counts[0])
+            return cost.gtopk_strict_seconds(net, P, counts[0], self.wire.entry_bytes)
+        return cost.gtopk_seconds(net, P, counts[0], self.wire.entry_bytes)

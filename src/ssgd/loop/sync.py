@@ -4,6 +4,14 @@ A scheme (one `conf/compressor/*.yaml`) is a complete, valid triple: a local com
 collective that aggregates its payloads, and the error-feedback memory, plus the density and its
 per-epoch warm-up. The residual is updated AFTER the collective, because with gTop-k it depends on
 which local entries reached the global set.
+
+Two scheme-wide settings sit beside the triple (docs/compressors.md#wire-formats):
+`compressor.wire.values` (fp32 | fp16 | bf16), the format the collective sends values in, and
+`compressor.min_compression`, a minimum-compression rule like the `min_compression_rate` of PowerSGD
+(Vogels, Karimireddy, Jaggi, NeurIPS 2019; torch.distributed's PowerSGD hook): when the sparse payload
+of a d-vector at this density would save less than that factor over sending it dense (value bytes x d
+against entry bytes x k), the vector goes dense, through a dense allreduce in the same wire format.
+0 (the default) never does, which keeps the papers' semantics.
 """
 from __future__ import annotations
 
@@ -15,10 +23,16 @@ import torch
 from hydra.utils import instantiate
 from torch import Tensor
 
+from omegaconf import OmegaConf
+
 from ssgd.comm.base import Collective, Reduced
+from ssgd.comm.dense import DenseAllreduce
+from ssgd.comm.wire import FP32, WireFormat
 from ssgd.compress.base import Compressor
-from ssgd.config import built, check_density
-from ssgd.payload import Payload
+from ssgd.compress.sparse import k_of
+from ssgd.config import WIRE_VALUES, built, check_density, locate, parameters_of
+from ssgd.errors import ConfigError
+from ssgd.payload import Dense, Payload
 from ssgd.utils.seeding import rank_generator
 
 
@@ -62,13 +76,37 @@ class DensitySchedule:
 
 @dataclass(frozen=True)
 class Scheme:
-    """Factories for one rank's compressor and memory, the shared collective, and the density."""
+    """Factories for one rank's compressor and memory, the shared collective, and the density.
+
+    wire: the collective's value format; min_compression: the minimum-compression rule (module
+    docstring; 0: off), with `dense`, the dense allreduce (same wire) a vector that goes dense takes.
+    """
 
     name: str
     make_compressor: Callable[[int], Compressor]   # rank -> that rank's compressor
     make_memory: Callable[..., Memory]             # (d, device) -> a fresh memory
     collective: Collective
     density: DensitySchedule
+    wire: WireFormat = FP32
+    min_compression: float = 0.0
+    dense: Collective | None = None
+
+    def goes_dense(self, d: int, density: float) -> bool:
+        """Whether a d-vector at `density` goes dense under the minimum-compression rule: sparse
+        payloads of k = max(int(d * density), 1) entries would save less than `min_compression` over
+        dense ones (value_bytes * d < min_compression * entry_bytes * k). Never for a dense scheme or
+        with the rule off. The same on every rank (it depends on d and the density only)."""
+        if self.dense is None or self.min_compression <= 0:
+            return False
+        return self.wire.value_bytes * d < self.min_compression * self.wire.entry_bytes * k_of(d, density)
+
+    def collective_for(self, d: int, density: float) -> Collective:
+        """The collective a d-vector at `density` goes through: `dense` when it `goes_dense`, else
+        `collective`."""
+        if self.goes_dense(d, density):
+            assert self.dense is not None
+            return self.dense
+        return self.collective
 
     @classmethod
     def from_config(cls, c: Any, seed: int) -> "Scheme":
@@ -76,8 +114,11 @@ class Scheme:
         the (seed, r, "compressor") stream. A bad value is a one-line ConfigError naming its key."""
         make_compress = built("compressor.compress", lambda: instantiate(c.compress), c.compress)
         make_memory = built("compressor.memory", lambda: instantiate(c.memory), c.memory)
-        collective = built("compressor.collective", lambda: instantiate(c.collective), c.collective)
+        wire, min_compression = wire_of(c)
+        extra = {"values": wire.values} if wire.lossy else {}
+        collective = built("compressor.collective", lambda: instantiate(c.collective, **extra), c.collective)
         density = built("compressor", lambda: DensitySchedule(c.density, tuple(c.density_warmup or ())), c)
+        dense = None if isinstance(collective, DenseAllreduce) else DenseAllreduce(wire.values)
 
         def make_compressor(rank: int) -> Compressor:
             return make_compress(generator=rank_generator(seed, rank, "compressor"))
@@ -85,7 +126,30 @@ class Scheme:
         built("compressor.compress", lambda: make_compressor(0), c.compress)     # the constructor's own checks
         return cls(name=c.name, make_compressor=make_compressor,
                    make_memory=lambda d, device="cpu": make_memory(d=d, device=device),
-                   collective=collective, density=density)
+                   collective=collective, density=density, wire=wire, min_compression=min_compression,
+                   dense=dense)
+
+
+def wire_of(c: Any) -> tuple[WireFormat, float]:
+    """(wire format, min_compression) of a `compressor:` node; a file without `wire` or
+    `min_compression` (e.g. loaded without the schema, as `ssgd.ddp` does) gets fp32 and 0. ConfigError
+    naming the key for a value outside the allowed ones, for `compressor.collective.values` (the key is
+    `compressor.wire.values`), or for 16-bit values with a collective that takes no `values`."""
+    values = str(OmegaConf.select(c, "wire.values", default="fp32"))
+    if values not in WIRE_VALUES:
+        raise ConfigError(f"compressor.wire.values={values!r}: allowed: {', '.join(WIRE_VALUES)}")
+    rule = OmegaConf.select(c, "min_compression", default=0.0)
+    if isinstance(rule, bool) or not isinstance(rule, (int, float)) or not 0 <= rule < float("inf"):
+        raise ConfigError(f"compressor.min_compression={rule!r}: must be a finite number >= 0 (0: off)")
+    if OmegaConf.select(c, "collective.values") is not None:
+        raise ConfigError("compressor.collective.values: set compressor.wire.values instead (one key for the "
+                          "scheme's wire format)")
+    if values != "fp32":
+        target = str(c.collective._target_)
+        if "values" not in parameters_of(locate(target, "compressor.collective"))[0]:
+            raise ConfigError(f"compressor.wire.values={values}: {target} has no 16-bit wire format (it takes "
+                              "no `values`); allowed with it: fp32")
+    return WireFormat(values), float(rule)
 
 
 class RankSync:
@@ -98,6 +162,7 @@ class RankSync:
 
     def __init__(self, scheme: Scheme, rank: int, d: int, device: torch.device | str = "cpu",
                  parts: Sequence[torch.Size] = ()) -> None:
+        self.scheme = scheme
         self.compressor = scheme.make_compressor(rank)
         self.memory = scheme.make_memory(d, device)
         self.u: Tensor | None = None
@@ -108,7 +173,9 @@ class RankSync:
             self.views = [v.view(s) for v, s in zip(self.u.split(sizes), parts)]
 
     def compress(self, grad: Tensor | Sequence[Tensor | None], density: float) -> tuple[Tensor, Payload]:
-        """u = g + e, and its payload.
+        """u = g + e, and its payload, as the scheme's collective for (d, density) sends it
+        (`Scheme.collective_for`): the compressor's payload, or `Dense(u)` when the vector goes dense
+        under the minimum-compression rule, encoded in the wire format (`Collective.encode`).
 
         `grad`: the flat float32 [d] gradient (it may be overwritten: it may become u), or its parts in
         the order of `parts` (None: a part with no gradient, zero). u aliases the memory's buffer (or
@@ -121,7 +188,10 @@ class RankSync:
             for view, part in zip(self.views, grad):
                 self.memory.write(view, part)
             u = self.u
-        return u, self.compressor.compress(u, density)
+        collective = self.scheme.collective_for(u.numel(), density)
+        if collective is self.scheme.collective:
+            return u, collective.encode(self.compressor.compress(u, density))
+        return u, collective.encode(Dense(u))
 
     def settle(self, payload: Payload, reduced: Reduced) -> None:
         """After the collective: e = u - (part of payload that counted as sent)."""

@@ -92,7 +92,7 @@ class Trainer:
         local: list[LocalStep] = self.world.map(
             lambda r: self.replicas[r].step(*self.loader.batch(it, r), density))
         t1 = time.perf_counter()
-        results, logs = self.world.collective(self.scheme.collective, [s.payload for s in local])
+        results, logs = self.world.collective(self.scheme.collective_for(self.d, density), [s.payload for s in local])
         t2 = time.perf_counter()
         aggregated = self.grads.set(results[0])        # the .grad are views of it
         capture_s = self._observe(density, local, results, aggregated)
@@ -133,7 +133,7 @@ class Trainer:
              for s, settle, count, log in zip(local, settle_s, counts_of([s.payload for s in local]), logs)])
         self.stop_seen = max(m.stop for m in rows)
         P, counts, sent = self.P, [m.count for m in rows], [m.bytes_sent for m in rows]
-        comm_model = self.scheme.collective.model_seconds(self.net, P, self.d, counts)
+        comm_model = self.scheme.collective_for(self.d, density).model_seconds(self.net, P, self.d, counts)
         compute_s, compress_s = sum(m.compute_s for m in rows) / P, sum(m.compress_s for m in rows) / P
         iter_model = compute_s + compress_s + comm_model + wall[2]
         samples = sum(m.samples for m in rows)

@@ -29,6 +29,7 @@ from ssgd.perf.alphabeta import AlphaBeta
 
 ELEMENT_BYTES = 4          # float32 values and int32 indices
 SPARSE_ENTRY_BYTES = 8     # one (int32 index, float32 value) pair on the wire
+HALF_ENTRY_BYTES = 6       # one (int32 index, fp16 / bf16 value) pair (`compressor.wire.values=fp16|bf16`)
 
 
 def rounds(P: int) -> int:
@@ -112,22 +113,29 @@ def dense_seconds(net: AlphaBeta, P: int, d: int) -> float:
     return allreduce_seconds(net, P, d)
 
 
-def sparse_allgather_seconds(net: AlphaBeta, counts: Sequence[int]) -> float:
-    """Top-k / Random-k / Gaussian-k S-SGD: ring allgather of each rank's (index, value) pairs."""
-    return allgatherv_seconds(net, [SPARSE_ENTRY_BYTES * c for c in counts])
+def dense16_seconds(net: AlphaBeta, P: int, d: int) -> float:
+    """Dense S-SGD with 16-bit values (scheme dense16): ring allreduce of d 2-byte elements."""
+    return allreduce_seconds(net, P, d, 2)
 
 
-def gtopk_sent(rank: int, P: int, k: int) -> tuple[int, int]:
-    """gTopKAllReduce: one 2k-int32 message up the tree (ranks > 0), then the broadcast."""
-    nbytes = SPARSE_ENTRY_BYTES * k
+def sparse_allgather_seconds(net: AlphaBeta, counts: Sequence[int], entry_bytes: int = SPARSE_ENTRY_BYTES) -> float:
+    """Top-k / Random-k / Gaussian-k S-SGD: ring allgather of each rank's (index, value) pairs of
+    `entry_bytes` each (8; 6 with 16-bit values)."""
+    return allgatherv_seconds(net, [entry_bytes * c for c in counts])
+
+
+def gtopk_sent(rank: int, P: int, k: int, entry_bytes: int = SPARSE_ENTRY_BYTES) -> tuple[int, int]:
+    """gTopKAllReduce: one k-entry message up the tree (ranks > 0), then the broadcast; `entry_bytes`
+    per entry (8: 2k int32; 6 with 16-bit values)."""
+    nbytes = entry_bytes * k
     m, b = bcast_sent(rank, P, nbytes)
     return m + (1 if rank else 0), b + (nbytes if rank else 0)
 
 
-def gtopk_seconds(net: AlphaBeta, P: int, k: int) -> float:
+def gtopk_seconds(net: AlphaBeta, P: int, k: int, entry_bytes: int = SPARSE_ENTRY_BYTES) -> float:
     """ceil(log2 P) reduce rounds + ceil(log2 P) broadcast rounds of 8k bytes each
-    (= 2 alpha log P + 4 k log P beta_element for P a power of two)."""
-    return 2 * rounds(P) * net.message(SPARSE_ENTRY_BYTES * k)
+    (= 2 alpha log P + 4 k log P beta_element for P a power of two); `entry_bytes` k with 16-bit values."""
+    return 2 * rounds(P) * net.message(entry_bytes * k)
 
 
 def reduce_children(rank: int, P: int) -> list[int]:
@@ -141,18 +149,18 @@ def reduce_children(rank: int, P: int) -> list[int]:
     return out
 
 
-def gtopk_strict_sent(rank: int, P: int, k: int) -> tuple[int, int]:
+def gtopk_strict_sent(rank: int, P: int, k: int, entry_bytes: int = SPARSE_ENTRY_BYTES) -> tuple[int, int]:
     """gTopKAllReduce with the strict residual rule: `gtopk_sent` plus one k-byte survival mask to
     each of the rank's reduce-tree children."""
-    m, b = gtopk_sent(rank, P, k)
+    m, b = gtopk_sent(rank, P, k, entry_bytes)
     n = len(reduce_children(rank, P))
     return m + n, b + n * k
 
 
-def gtopk_strict_seconds(net: AlphaBeta, P: int, k: int) -> float:
+def gtopk_strict_seconds(net: AlphaBeta, P: int, k: int, entry_bytes: int = SPARSE_ENTRY_BYTES) -> float:
     """`gtopk_seconds` plus ceil(log2 P) rounds of one k-byte mask down the reduce tree (rank 0
     sends its ceil(log2 P) masks one after another; every other path is no longer)."""
-    return gtopk_seconds(net, P, k) + rounds(P) * net.message(k)
+    return gtopk_seconds(net, P, k, entry_bytes) + rounds(P) * net.message(k)
 
 
 def paper_dense_seconds(net: AlphaBeta, P: int, d: int) -> float:

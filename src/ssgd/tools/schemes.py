@@ -3,8 +3,8 @@
 A scheme is read from its YAML, never listed here, so a new compressor config shows up in the
 scaling figures and the model validation without editing `ssgd.perf`:
 
-  * collective: `hydra.utils.instantiate` of the YAML's ``collective`` node (its `model_seconds` is
-    the communication the trainer logs);
+  * collective: `hydra.utils.instantiate` of the YAML's ``collective`` node, in the YAML's wire format
+    (``wire.values``, `ssgd.loop.sync.wire_of`; its `model_seconds` is the communication the trainer logs);
   * selection cost kind: the ``selection_cost`` class attribute of the YAML's ``compress._target_``
     class (`ssgd.compress.base.Compressor`), read without building the compressor;
   * entries per rank: k = max(int(d * density), 1) (`ssgd.compress.sparse.k_of`, as both released
@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from ssgd.compress.sparse import k_of
 from ssgd.config import check_density, compressor_config, compressor_names
+from ssgd.loop.sync import wire_of
 from ssgd.perf.iteration import SELECTION_COSTS, SchemeCost
 
 LAYERWISE = "dense_wfbp"       # label of the dense config with layer-wise overlap (not a compressor config)
@@ -53,6 +54,8 @@ def scheme(name: str, d: int, density: float | None = None, count_factor: float 
         raise ValueError(f"d={d!r}: must be an int >= 1 (model parameters)")
     k = k_of(d, rho)
     count = None if k == d else max(1, round(count_factor * k))
-    return SchemeCost(collective=instantiate(cfg.collective), selection=selection_cost(cfg, name), count=count,
+    wire, _ = wire_of(cfg)
+    collective = instantiate(cfg.collective, **({"values": wire.values} if wire.lossy else {}))
+    return SchemeCost(collective=collective, selection=selection_cost(cfg, name), count=count,
                   layerwise_overlap=layerwise_overlap, name=LAYERWISE if layerwise_overlap else name)
 
