@@ -18,7 +18,8 @@ import pytest
 
 from .conftest import ROOT, TestbedHosts
 
-pytestmark = [pytest.mark.testbed, pytest.mark.slow]
+# serial: a downed link must not meet another test's run on the same hosts (make test runs these alone)
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.serial]
 HOST = 3                 # the faulty host: namespace ssgdtb3, hostname tb3, 10.98.0.3, rank 2
 LIMIT_S = 60.0
 
