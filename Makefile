@@ -30,7 +30,7 @@ run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, g
 
 # make test: two pytest-xdist workers (a test file stays on one worker: its module fixtures run once), then
 # the `serial` tests (wall-clock bounds: signals, failing ranks) one at a time on a machine left to them.
-test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~13 min on 2 cores)
+test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~20 min on 2 cores, testbed and SLURM up)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
 	$(PY) -m pytest -q -m serial
 
@@ -151,7 +151,7 @@ alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testb
 	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --fit regimes --points outputs/testbed/pingpong.json --force
 
 bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the model and the link -> bench/results/testbed_<BW>.csv (~6 min at P=4)
-	PYTHONPATH=src $(PY) bench/testbed.py $(ARGS)
+	PYTHONPATH=src $(PY) bench/testbed_comm.py $(ARGS)
 
 bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~8 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_e2e.py $(ARGS)

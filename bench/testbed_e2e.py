@@ -32,7 +32,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-import testbed  # noqa: E402
+import testbed_comm as testbed  # noqa: E402
 
 SCHEMES = ("dense", "topk", "gtopk")
 

@@ -1,4 +1,4 @@
-"""bench/testbed.py and bench/testbed_e2e.py: the arithmetic that turns measured collectives and runs into their
+"""bench/testbed_comm.py and bench/testbed_e2e.py: the arithmetic that turns measured collectives and runs into their
 tables (model error, physical floor, time to accuracy), pinned against hand computations. The measurements
 themselves need the testbed and are benchmarks, not tests."""
 from __future__ import annotations
@@ -23,7 +23,7 @@ def load(name: str):
     return module
 
 
-testbed = load("testbed")
+testbed = load("testbed_comm")
 e2e = load("testbed_e2e")
 harness = load("harness")
 

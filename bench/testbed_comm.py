@@ -19,8 +19,8 @@ Writes <out-dir>/testbed_<BW>.csv (one row per P, d, collective) and .json, and 
 (points within 15 % of the model; the largest floor ratio of dense and gTop-k at d >= 1M).
 
     make testbed-up P=8 && make bench-testbed            # P = 2, 4, 8; d = 0.27M 1M 4M 25M (~6 min at 1gbit)
-    PYTHONPATH=src python bench/testbed.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)
-    PYTHONPATH=src python bench/testbed.py --P 2 4 8 16 --sizes 0.27M 25M 61M --rounds 5
+    PYTHONPATH=src python bench/testbed_comm.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)
+    PYTHONPATH=src python bench/testbed_comm.py --P 2 4 8 16 --sizes 0.27M 25M 61M --rounds 5
 """
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writeheader()
         w.writerows(rows)
     stem.with_suffix(".json").write_text(json.dumps(
-        {"command": " ".join(["bench/testbed.py", *sys.argv[1:]]), "testbed": {"hosts": hosts, "bw": bw},
+        {"command": " ".join(["bench/testbed_comm.py", *sys.argv[1:]]), "testbed": {"hosts": hosts, "bw": bw},
          "fit": {k: fit[k] for k in ("alpha", "beta", "fit")}, "machine": machine.describe(), "jobs": jobs,
          "total_runtime_s": time.perf_counter() - start, "rows": rows}, indent=1) + "\n")
     print(f"[testbed] wrote {stem.with_suffix('.csv')} and .json ({time.perf_counter() - start:.0f} s)",
