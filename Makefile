@@ -150,7 +150,7 @@ testbed-down:  ## remove every namespace, link and qdisc testbed-up made (also a
 alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testbed hosts 1 and 2 -> outputs/testbed/alphabeta.yaml (~40 s)
 	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --fit regimes --points outputs/testbed/pingpong.json --force
 
-bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the model and the link -> bench/results/testbed_<BW>.csv (~6 min at P=4)
+bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the model and the link -> bench/results/testbed_<BW>.csv (~1 min at P=4, ~3 min at P=8)
 	PYTHONPATH=src $(PY) bench/testbed_comm.py $(ARGS)
 
 bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~8 min at P=4)
