@@ -10,7 +10,6 @@ here. Timings of the code under benchmark are never asserted.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,18 +24,8 @@ BENCH = ROOT / "bench"
 TOOLS_PY = ROOT / ".venv-tools" / "bin" / "python"
 
 
-def load(name: str):
-    """Import bench/<name>.py under its own name (the bench scripts import their siblings so)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from bench_modules import load  # noqa: E402
 
-
-sys.path.insert(0, str(BENCH))      # the bench scripts import their siblings
 harness = load("harness")
 dlbench = load("dlbench")
 workloads = load("dlbench_workloads")

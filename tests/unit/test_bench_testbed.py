@@ -3,25 +3,9 @@ tables (model error, physical floor, time to accuracy), pinned against hand comp
 themselves need the testbed and are benchmarks, not tests."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-
-def load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
+from bench_modules import load
 
 testbed = load("testbed_comm")
 e2e = load("testbed_e2e")

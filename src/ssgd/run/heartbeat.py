@@ -189,12 +189,7 @@ class Watch:
     def stuck_line(self, steps: int, seconds: float) -> str:
         """The one line for `stuck`, naming the hosts that do not answer on the network (`ssgd.run.reach`)."""
         phases = sorted({rec.get("phase", "?") for _, _, rec in self.seen.values()})
-        lost = reach.stalled_hosts(self.hosts) if self.hosts and len(set(self.hosts)) > 1 else []
-        where = ""
-        if lost:
-            named = ", ".join(f"{h} (rank {', '.join(str(r) for r, x in enumerate(self.hosts) if x == h)})"
-                              for h in lost)
-            where = f"; host {named} does not answer on the network (its link is down or it is gone)"
+        where = reach.silent_hosts_note(self.hosts)
         return (f"backend=mpi: no rank finished a step for {seconds:.0f} s (mpi.timeout_s={self.timeout_s:g}) "
                 f"although every rank is alive (heartbeats; at step {steps}, {', '.join(phases)}){where}; "
                 "stopped the MPI job")

@@ -130,18 +130,6 @@ def describe_exit(status: int) -> str:
     return f"exited with status {status}"
 
 
-def lost_hosts_note(hosts: list[str] | None) -> str:
-    """'' or '; host H (rank r) does not answer on the network ...' for the hosts of a multi-host job that
-    the launcher cannot reach now (`ssgd.run.reach`: a link down, a machine gone)."""
-    if not hosts or len(set(hosts)) < 2:
-        return ""
-    lost = reach.stalled_hosts(hosts)
-    if not lost:
-        return ""
-    named = ", ".join(f"{h} (rank {', '.join(str(r) for r, x in enumerate(hosts) if x == h)})" for h in lost)
-    return f"; host {named} does not answer on the network (its link is down or it is gone)"
-
-
 def watch(procs: list[subprocess.Popen], hosts: list[str] | None = None) -> int:
     """Wait for every rank; on the first failure name it (and its host, when the ranks run on `hosts`),
     stop the others and return its status."""
@@ -151,7 +139,7 @@ def watch(procs: list[subprocess.Popen], hosts: list[str] | None = None) -> int:
         if failed:
             where = (lambda r: f" on host {hosts[r]}") if hosts else (lambda r: "")
             said = "; ".join(f"rank {r}{where(r)} {describe_exit(c)}" for r, c in failed)
-            log.error(f"error: backend=torch: {said}{lost_hosts_note(hosts)}; stopping the other ranks")
+            log.error(f"error: backend=torch: {said}{reach.silent_hosts_note(hosts)}; stopping the other ranks")
             stop(procs)
             return failed[0][1] if failed[0][1] > 0 else 1
         if all(c == 0 for c in codes):

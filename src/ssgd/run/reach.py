@@ -47,6 +47,18 @@ def stalled_hosts(addresses: Sequence[str], timeout_s: float = 2.0, port: int = 
     return lost if len(lost) < len(dict.fromkeys(addresses)) else []
 
 
+def silent_hosts_note(hosts: Sequence[str] | None, timeout_s: float = 2.0) -> str:
+    """'' or '; host H (rank r) does not answer on the network (...)' for the hosts of a multi-host job
+    (`hosts[r]`: rank r's host) that `stalled_hosts` finds silent: the launchers' words for a downed link."""
+    if not hosts or len(set(hosts)) < 2:
+        return ""
+    lost = stalled_hosts(hosts, timeout_s)
+    if not lost:
+        return ""
+    named = ", ".join(f"{h} (rank {', '.join(str(r) for r, x in enumerate(hosts) if x == h)})" for h in lost)
+    return f"; host {named} does not answer on the network (its link is down or it is gone)"
+
+
 def hostfile_addresses(path: str) -> list[str]:
     """Hosts of an Open MPI hostfile, one per slot, in rank order (by-slot placement: a host's `slots=n`
     ranks come before the next host's). Comments and blank lines are skipped."""
