@@ -328,7 +328,10 @@ def test_a_peers_errors_are_fatal_notice_is_left_out_when_the_launcher_names_the
               + dashes)
     out = io.StringIO()
     relay = OpenMPIFilter(out)
-    relay.copy(io.StringIO(warning + "[rank 0] step 5\n" + notice + killed))
+    disconnect = (dashes + "An MPI communication peer process has unexpectedly disconnected.\n  Peer host: tb3\n"
+                  + dashes)
+    late = " [tb1:00000] *** An error occurred in Socket closed\n[tb4:7] Delaying for 2 seconds before aborting\n"
+    relay.copy(io.StringIO(warning + "[rank 0] step 5\n" + notice + disconnect + late + killed))
     assert out.getvalue() == "[rank 0] step 5\n" and relay.killed == (2, "tb3", 9)
     out = io.StringIO()
     OpenMPIFilter(out).copy(io.StringIO(notice))

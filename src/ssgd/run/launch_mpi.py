@@ -293,7 +293,7 @@ class OpenMPIFilter:
     BOILERPLATE = ("MPI_ABORT was invoked", "has exited due to process rank", "exited with non-zero status",
                    "exited on signal")
     KILLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
-    PEER_ABORT = re.compile(r"^\[[^\]]+\] \*\*\* ")       # "[host:pid] *** An error occurred in ...": a peer's
+    PEER_ABORT = re.compile(r"^\s*\[[^\]]+\] (\*\*\* |Delaying for \d+ seconds before aborting)")   # a peer's
     NOISE = ("PMIX ERROR", "plm:ssh: Warning: setpgid(")      # MPI_ERRORS_ARE_FATAL notice; PRRTE warnings
 
     def __init__(self, out: TextIO) -> None:
@@ -328,6 +328,8 @@ class OpenMPIFilter:
             found = self.KILLED.search(flat)
             if found and self.killed is None:
                 self.killed = (int(found.group(1)), found.group(2), int(found.group(3)))
-            if not any(b in flat for b in self.BOILERPLATE):
+            if "peer process has unexpectedly disconnected" in flat:
+                self.peer_abort.append(text)          # a peer's account of the death: kept as the notice is
+            elif not any(b in flat for b in self.BOILERPLATE):
                 self.out.write(text)
                 self.out.flush()
