@@ -138,7 +138,7 @@ validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-r
 gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (< 5 min; no GPU: says so, exit 0)
 	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed bench-testbed-e2e
+.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed bench-testbed-e2e bench-testbed-replay
 P  ?= 4
 BW ?= 1gbit
 testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> cluster=testbed, outputs/testbed/hosts (P=4 BW=1gbit; docs/testbed.md)
@@ -155,6 +155,10 @@ bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the mode
 
 bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~8 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_e2e.py $(ARGS)
+
+bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (~12 min at P=4)
+	PYTHONPATH=src $(PY) bench/testbed_replay.py $(ARGS)
+	@if [ -f bench/results/testbed_replay_1gbit.csv ]; then mkdir -p paper_figs/measured && cp bench/results/testbed_replay_1gbit.csv paper_figs/measured/ && echo "copied to paper_figs/measured/ (make fig-scaling draws it)"; fi
 
 testbed-status:  ## the testbed's hosts and shaping; exit 0 when it is up
 	scripts/testbed/testbed.sh status

@@ -37,11 +37,12 @@ import testbed_comm as testbed  # noqa: E402
 SCHEMES = ("dense", "topk", "gtopk")
 
 
-def run_one(run_dir: Path, P: int, scheme: str, seed: int, steps: int, timeout: float) -> str:
-    """One training run on P testbed hosts; returns 'ok' or what went wrong."""
+def run_one(run_dir: Path, P: int, scheme: str, seed: int, steps: int, timeout: float,
+            extra: list[str] | None = None) -> str:
+    """One training run on P testbed hosts (`extra`: more overrides); returns 'ok' or what went wrong."""
     argv = [sys.executable, str(ROOT / "src" / "train.py"), "backend=mpi", "cluster=testbed",
             f"cluster.world_size={P}", f"compressor={scheme}", f"seed={seed}", f"trainer.max_steps={steps}",
-            "trainer.eval_every=1", "trainer.progress=false", "wandb.mode=disabled", f"hydra.run.dir={run_dir}"]
+            "trainer.eval_every=1", "trainer.progress=false", "wandb.mode=disabled", f"hydra.run.dir={run_dir}", *(extra or [])]
     try:
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "WANDB_SILENT": "true"})

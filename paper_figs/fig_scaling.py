@@ -16,7 +16,10 @@ from conf/compressor/<name>.yaml (`ssgd.tools.schemes`) at each YAML's density (
     trainer; and layer-wise WFBP), Top-k, gTop-k and Gaussian-k, P = 4 ... 1024 (P > 32 extrapolated),
     for each shipped profile (ssgd.perf.profiles) on 1 GbE and 10 GbE (conf/cluster/32x1gbe.yaml,
     32x10gbe.yaml); the paper's efficiencies as markers; with the calibrated mode (default) also the
-    calibrated curves (dash-dot, 1 GbE row).
+    calibrated curves (dash-dot, 1 GbE row); and, when --measured names a CSV of `make bench-testbed-replay`
+    (default: paper_figs/measured/testbed_replay_1gbit.csv, its tracked copy), the efficiencies measured on
+    the testbed's 1 Gbit links in replay mode (filled markers, 1 GbE row, P <= the testbed's hosts):
+    the paper's GPU compute and selection times, the real trainer's communication over real links.
 (b) fig_comm_vs_P: communication time, m = 25 * 2**20, rho = 0.001, P = 4 ... 128: our alpha-beta
     models (ssgd.perf.cost) and the paper's closed forms, both published gTop-k forms (the
     hclhkbu/gtopkssgd README before and after 2019-07-09; `plot_allreduce_comparison`).
@@ -67,6 +70,7 @@ from ssgd.tools import schemes as conf_schemes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NETWORKS = (("1GbE", "32x1gbe"), ("10GbE", "32x10gbe"))
+MEASURED = ROOT / "paper_figs" / "measured" / "testbed_replay_1gbit.csv"   # tracked copy of the replay bench's CSV
 P_MODEL = tuple(2**i for i in range(2, 11))          # 4 ... 1024
 P_COMM = (4, 8, 16, 32, 64, 128)
 M_COMM, RHO = 25 * 2**20, 0.001
@@ -106,9 +110,28 @@ def paper_efficiency(name: str) -> dict[str, list[float]]:
 
 
 # --- (a) scaling efficiency ------------------------------------------------------------------------
+def load_measured(path: Path | None) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """{(profile, scheme): [(P, eff_testbed), ...]} of a `bench/testbed_replay.py` CSV (its ok rows); empty
+    when `path` is None or missing. ValueError naming the file when it lacks the columns."""
+    if path is None or not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    need = {"profile", "scheme", "P", "status", "eff_testbed"}
+    if rows and not need <= set(rows[0]):
+        raise ValueError(f"--measured {path}: needs the columns {', '.join(sorted(need))} "
+                         "(a CSV of make bench-testbed-replay)")
+    got: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            got.setdefault((r["profile"], r["scheme"]), []).append((int(r["P"]), float(r["eff_testbed"])))
+    return {key: sorted(points) for key, points in got.items()}
+
+
 def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path,
-                   calibrations: dict[str, "Calibration"] | None = None) -> list[Path]:
-    calibrations = calibrations or {}
+                   calibrations: dict[str, "Calibration"] | None = None,
+                   measured: dict[tuple[str, str], list[tuple[int, float]]] | None = None) -> list[Path]:
+    calibrations, measured = calibrations or {}, measured or {}
     rows: list[list] = []
     fig, axes = plt.subplots(len(nets), len(profs), figsize=(3.3 * len(profs), 3.0 * len(nets)),
                              sharex=True, sharey=True, squeeze=False)
@@ -135,6 +158,14 @@ def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path,
                             label=f"calibrated (fit P = 4, 8): {PAPER_LABEL[scheme]}")
                     rows += [[prof.name, net_name, "calibrated", scheme, P, e, pm.v1 * e]
                              for P, e in zip(P_SCALING, eff)]
+            for scheme in SCALING_SCHEMES if net_name == "1GbE" else ():
+                points = measured.get((prof.name, scheme), [])
+                if points:
+                    ps, eff = zip(*points)
+                    ax.plot(ps, np.array(eff) * 100, "*", color=COLOR[scheme], ms=9, ls="none",
+                            label=f"testbed, replay: {PAPER_LABEL[scheme]}")
+                    rows += [[prof.name, net_name, "testbed", scheme, P, e, prof.batch_size / prof.single_worker_seconds() * e]
+                             for P, e in points]
             ax.axvspan(32, P_MODEL[-1], color="0.92", zorder=0)
             ax.set_xscale("log", base=2)
             ax.set_xticks([4, 16, 64, 256, 1024])
@@ -157,7 +188,8 @@ def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path,
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=4, fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, -0.09 if calibrations else -0.06))
     fig.suptitle(f"Scaling efficiency v_P / v_1, rho = {density_label()} (markers: gTop-k paper, 1 GbE, P <= 32"
-                 + ("; dash-dot: alpha-beta model calibrated to the paper's P = 4, 8)" if calibrations else ")"),
+                 + ("; dash-dot: alpha-beta model calibrated to the paper's P = 4, 8" if calibrations else "")
+                 + ("; stars: measured on the testbed's 1 Gbit links, compute replayed)" if measured else ")"),
                  fontsize=10)
     fig.tight_layout()
     return save(fig, out, "fig_scaling_efficiency",
@@ -577,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--link-from", metavar="PATH", default=None,
                       help="take the pinned predictor's alpha and beta from network.alpha/beta of this YAML "
                            "(e.g. outputs/testbed/alphabeta.yaml of make alphabeta-testbed)")
+    ap.add_argument("--measured", type=Path, default=MEASURED, metavar="CSV",
+                    help="efficiencies measured on the testbed in replay mode (make bench-testbed-replay) to draw "
+                         f"beside the model (default: {MEASURED.relative_to(ROOT)}, when present)")
     args = ap.parse_args(argv)
     if args.no_shipped and not args.profile:
         ap.error("--no-shipped needs at least one --profile PATH")
@@ -585,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pinned = load_link(args.link, args.link_from)
         profs = shipped + load_profile_files(args.profile, shipped)
+        measured = load_measured(args.measured)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -592,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     nets = [(label, load_network(cluster)) for label, cluster in NETWORKS]
     cals = [calibrate(paper_model(p.name), p.d) for p in profs if args.calibrated and paper_model(p.name)]
-    written = fig_efficiency(profs, nets, out, {c.paper.name: c for c in cals}) + fig_comm(nets, out) \
+    written = fig_efficiency(profs, nets, out, {c.paper.name: c for c in cals}, measured) + fig_comm(nets, out) \
         + fig_breakdown(profs, nets[0][1], out)
     rows = ratio_rows(profs, nets)
     with (out / "ratios_p32.csv").open("w", newline="") as f:

@@ -43,7 +43,8 @@ def _cell(ours: float | None, paper: float, v: str) -> str:
 
 def efficiency_rows(rows: list[dict], source: str) -> list[tuple[str, str, int, dict[str, tuple[str, str]]]]:
     """(artefact, model, P, {scheme: (cell text, verdict)}) for each (model, P) the paper reports, ours from
-    ``source`` ("model" or "calibrated") on 1 GbE. Calibrated P = 4, 8 cells are fitted, so they get no verdict."""
+    ``source`` ("model", "calibrated" or "testbed": measured in replay mode, `make bench-testbed-replay`) on 1 GbE.
+    Calibrated P = 4, 8 cells are fitted, so they get no verdict; a P the source lacks is "not attempted"."""
     eff: dict[tuple[str, str, str, int], float] = {}
     for r in rows:
         if r["network"] == NETWORK:

@@ -56,3 +56,12 @@ def test_counts_by_cell_keeps_schemes_apart() -> None:
             ("e", "n", 4, {"dense": ("", "reproduced"), "gtopk": ("", "reproduced")})]
     by = rep.counts_by_cell(rows)
     assert by[("e", "dense")] == {"not reproduced": 1, "reproduced": 1} and by[("e", "gtopk")] == {"reproduced": 2}
+
+
+def test_testbed_cells_beyond_its_hosts_are_not_attempted() -> None:
+    rows = [row("paper", "gtopk", 4, 1.0), row("paper", "gtopk", 8, 0.9),
+            row("testbed", "gtopk", 2, 0.99), row("testbed", "gtopk", 4, 0.95)]   # P = 2: not a paper cell
+    measured = rep.efficiency_rows(rows, "testbed")
+    assert [(a, p) for a, _, p, _ in measured] == [("efficiency (testbed)", 4), ("efficiency (testbed)", 8)]
+    assert measured[0][3]["gtopk"][1] == "reproduced"          # -5 %
+    assert measured[1][3]["gtopk"][1] == "not attempted"

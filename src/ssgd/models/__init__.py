@@ -11,6 +11,7 @@ from ssgd.models.dropout import GenDropout, has_global_dropout, use_generator
 from ssgd.models.imagenet import alexnet, resnet50, swap_dropout
 from ssgd.models.lstm import LSTMLM
 from ssgd.models.mlp import FNN3
+from ssgd.models.replay import Replay
 from ssgd.models.resnet import resnet20, resnet56
 from ssgd.models.vgg import vgg16
 
@@ -30,6 +31,7 @@ __all__ = [
     "resnet50",
     "alexnet_r",
     "LSTMLM",
+    "Replay",
     "GenDropout",
     "swap_dropout",
     "use_generator",
