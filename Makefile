@@ -118,7 +118,7 @@ fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJC
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure bounds
 	$(PY) paper_figs/fig_bounds.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~9 min)
+fig-convergence: $(STAMP)  ## convergence, 3 seeds, FNN-3 x 2,000 steps and SmallCNN x 200, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~11 min)
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure convergence
 	$(PY) paper_figs/fig_convergence.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
@@ -128,7 +128,7 @@ fig-convergence-paper: $(STAMP)  ## gTop-k paper convergence: ResNet-20 on CIFAR
 	$(PY) paper_figs/convergence_paper.py --data "$(DATA)" --device $(or $(DEVICE),cpu) --runs $(FIGS_RUNS) \
 	  --out $(FIGS_OUT) $(if $(STEPS),--max-steps $(STEPS)) $(ARGS)
 
-figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~14 min on 2 idle cores; resumes)
+figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~16 min on 2 idle cores; resumes)
 	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)
 
 figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~2-3 min)

@@ -178,7 +178,8 @@ def reproduction_findings(out: Path) -> list[str]:
     lines += [f"| {a} | {m} | {p} | " + "; ".join(f"{k}: {t}" for k, (t, _) in cells.items()) + " |"
               for a, m, p, cells in rows]
     lines += ["", "Not attempted here: the convergence figures' models (the papers' CNNs on CIFAR-10 / ImageNet, "
-              "LSTM on PTB); `make figs` runs FNN-3 on the embedded digits as a stand-in (docs/convergence.md)."]
+              "LSTM on PTB); `make figs` runs FNN-3 and SmallCNN on the embedded digits as stand-ins, `make fig-convergence-paper` "
+              "the paper's ResNet-20 on CIFAR-10 (hours; docs/convergence.md)."]
     return lines
 
 
@@ -192,8 +193,9 @@ def render(out: Path, readme: Path) -> str:
              "Figure scripts; each writes PNG + PDF + the CSV it plotted into `paper_figs/out/`. `make figs` trains the",
              "runs the analysis and convergence figures need (`paper_figs/runs.py`, 2 at a time, into the git-ignored",
              "`paper_figs/runs/`; it resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from",
-             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 14 minutes on 2",
-             "quiet cores, most of it the 27 convergence runs (3 seeds x 2,000 steps per scheme; `paper_figs/figures.yaml`);",
+             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 16 minutes on 2",
+             "quiet cores, most of it the 36 convergence runs (3 seeds per scheme: 2,000 steps of FNN-3, 200 of SmallCNN;",
+             "`paper_figs/figures.yaml`);",
              "`make figs-quick` is a 2-3 minute preview of the convergence figures (2 seeds x 300 steps, titled QUICK,",
              "into `outputs/figs-quick/`). docs/convergence.md reads the convergence numbers against the papers.",
              "Larger versions on real data: the experiments of `experiments/` (capture is on in `topk_histograms` and",
