@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
+.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -118,11 +118,17 @@ fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJC
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure bounds
 	$(PY) paper_figs/fig_bounds.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~9 min)
+fig-convergence: $(STAMP)  ## convergence, 3 seeds, FNN-3 x 2,000 steps and SmallCNN x 200, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~11 min)
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure convergence
 	$(PY) paper_figs/fig_convergence.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~14 min on 2 idle cores; resumes)
+# The paper's own run (hours on a CPU; not part of `make figs`): DATA= CIFAR-10's python batches, DEVICE=cpu|cuda,
+# STEPS=n stops every run after n steps (a short check); ARGS="--estimate-only" prints the estimate only.
+fig-convergence-paper: $(STAMP)  ## gTop-k paper convergence: ResNet-20 on CIFAR-10, dense/Top-k/gTop-k/Gaussian-k, 141 epochs; prints its estimate (DATA=dir [DEVICE=cuda] [STEPS=n])
+	$(PY) paper_figs/convergence_paper.py --data "$(DATA)" --device $(or $(DEVICE),cpu) --runs $(FIGS_RUNS) \
+	  --out $(FIGS_OUT) $(if $(STEPS),--max-steps $(STEPS)) $(ARGS)
+
+figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~16 min on 2 idle cores; resumes)
 	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)
 
 figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~2-3 min)

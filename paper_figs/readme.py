@@ -41,6 +41,11 @@ FIGURES = [
      "dense / Top-k / gTop-k, FNN-3 on the embedded MNIST digits, 4 workers, bs 32, lr 0.1, the gTop-k code's "
      "warm-ups for all, 2,000 steps, 3 seeds (`experiments/icdcs_convergence_laptop.yaml`), modelled on 4x1GbE",
      "gTop-k paper convergence figure (S-SGD vs gTop-k S-SGD) + time to accuracy"),
+    ("fig_convergence_gtopk_cnn", "`make fig-convergence`",
+     "dense / Top-k / gTop-k, SmallCNN on the embedded MNIST digits (a closer stand-in for ResNet-20), 4 workers, "
+     "bs 32, lr 0.1, the gTop-k code's warm-ups for all, 200 steps (inside the 10-epoch LR warm-up), 3 seeds "
+     "(`experiments/icdcs_convergence_laptop.yaml` + `model=cnn`), modelled on 4x1GbE",
+     "gTop-k paper convergence figure, with a convolutional model; `make fig-convergence-paper` runs the paper's"),
     ("dlbench", "`make bench-dlbench` (~13 min; not part of `make figs`)",
      "time per mini-batch of DLBench's FCN-5, FCN-R, AlexNet-R, ResNet-56 and LSTM, synthetic data, PyTorch eager / "
      "torch.compile / TensorFlow / JAX at 1 and all threads (bench/README.md)",
@@ -178,7 +183,8 @@ def reproduction_findings(out: Path) -> list[str]:
     lines += [f"| {a} | {m} | {p} | " + "; ".join(f"{k}: {t}" for k, (t, _) in cells.items()) + " |"
               for a, m, p, cells in rows]
     lines += ["", "Not attempted here: the convergence figures' models (the papers' CNNs on CIFAR-10 / ImageNet, "
-              "LSTM on PTB); `make figs` runs FNN-3 on the embedded digits as a stand-in (docs/convergence.md)."]
+              "LSTM on PTB); `make figs` runs FNN-3 and SmallCNN on the embedded digits as stand-ins, `make fig-convergence-paper` "
+              "the paper's ResNet-20 on CIFAR-10 (hours; docs/convergence.md)."]
     return lines
 
 
@@ -192,8 +198,9 @@ def render(out: Path, readme: Path) -> str:
              "Figure scripts; each writes PNG + PDF + the CSV it plotted into `paper_figs/out/`. `make figs` trains the",
              "runs the analysis and convergence figures need (`paper_figs/runs.py`, 2 at a time, into the git-ignored",
              "`paper_figs/runs/`; it resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from",
-             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 14 minutes on 2",
-             "quiet cores, most of it the 27 convergence runs (3 seeds x 2,000 steps per scheme; `paper_figs/figures.yaml`);",
+             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 16 minutes on 2",
+             "quiet cores, most of it the 36 convergence runs (3 seeds per scheme: 2,000 steps of FNN-3, 200 of SmallCNN;",
+             "`paper_figs/figures.yaml`);",
              "`make figs-quick` is a 2-3 minute preview of the convergence figures (2 seeds x 300 steps, titled QUICK,",
              "into `outputs/figs-quick/`). docs/convergence.md reads the convergence numbers against the papers.",
              "Larger versions on real data: the experiments of `experiments/` (capture is on in `topk_histograms` and",
@@ -206,7 +213,7 @@ def render(out: Path, readme: Path) -> str:
               "paper | gTop-k abstract: 2.7-12x and 1.1-1.7x |", "", "## What the figures say (numbers from the CSVs)", ""]
     for name, find in FINDINGS.items():
         found = find(out)
-        images = [name, "fig_convergence_gtopk"] if name == "fig_convergence_topk_paper" else \
+        images = [name, "fig_convergence_gtopk", "fig_convergence_gtopk_cnn"] if name == "fig_convergence_topk_paper" else \
             [] if name == "reproduction" else [name]
         lines += [f"### {name.replace('_topk_paper', '')}", "", *(f"![{n}]({(rel / n).as_posix()}.png)" for n in images),
                   *([""] if images else []), *(found or ["- not generated yet: run `make figs`"]), ""]

@@ -84,6 +84,9 @@ def load_figures(path: Path = FIGURES_FILE) -> dict:
         for key in ("title", "experiment", "target_acc", "step_s", "series"):
             if key not in fig:
                 fail(f"{path}: figures.{name} lacks '{key}'")
+        extra = fig.get("overrides", [])
+        if not isinstance(extra, list) or not all(isinstance(o, str) for o in extra):
+            fail(f"{path}: figures.{name}.overrides={extra!r}: must be a list of override strings")
         if not (ROOT / "experiments" / f"{fig['experiment']}.yaml").is_file():
             fail(f"{path}: figures.{name}.experiment={fig['experiment']!r}: no experiments/{fig['experiment']}.yaml")
         for series, s in fig["series"].items():
@@ -105,6 +108,13 @@ def steps_of(overrides: list[str], default: int) -> int:
     return default
 
 
+def capped(profile_overrides: list[str], figure_steps: int) -> list[str]:
+    """A profile's overrides for a figure of `figure_steps` steps (0: the experiment's): its
+    trainer.max_steps is a cap, left out where the figure is shorter already (quick never lengthens a figure)."""
+    return [o for o in profile_overrides
+            if not (figure_steps and o.startswith("trainer.max_steps=") and steps_of([o], 0) >= figure_steps)]
+
+
 def convergence_jobs(spec: dict, profile: str) -> list[Job]:
     """Every (figure, series, seed) of the plan; series that depend on others come after all the rest."""
     prof = spec["profiles"][profile]
@@ -113,8 +123,8 @@ def convergence_jobs(spec: dict, profile: str) -> list[Job]:
     for fig_name, fig in spec["figures"].items():
         for series, s in fig["series"].items():
             for seed in prof["seeds"]:
-                overrides = ["-cn", fig["experiment"], "hydra.mode=RUN", *s["overrides"], f"seed={seed}",
-                             *prof["overrides"]]
+                overrides = ["-cn", fig["experiment"], "hydra.mode=RUN", *fig.get("overrides", []), *s["overrides"],
+                             f"seed={seed}", *capped(prof["overrides"], steps_of(fig.get("overrides", []), 0))]
                 est = spec["startup_s"] + fig["step_s"] * steps_of(overrides, 2000)
                 info = {"figure": fig_name, "title": fig["title"], "series": series, "label": s["label"],
                         "seed": seed, "profile": profile, "target_acc": fig["target_acc"]}

@@ -141,7 +141,22 @@ def test_plan_profiles_and_resume_check(tmp_path):
     conv_full = [j for j in full if j.name.startswith("convergence/")]
     assert all(len([j for j in conv_full if j.name.rsplit("_s", 1)[0] == name]) == 3
                for name in {j.name.rsplit("_s", 1)[0] for j in conv_full})          # 3 seeds per series
-    assert all(j.name.startswith("convergence/") and "trainer.max_steps=300" in j.overrides for j in quick)
+    assert all(j.name.startswith("convergence/") for j in quick)
+    # quick: 300 steps, except a figure that is shorter already (its own trainer.max_steps, never lengthened)
+    for j in quick:
+        own = runs_py.steps_of(spec["figures"][j.info["figure"]].get("overrides", []), 0)
+        assert runs_py.steps_of(j.overrides, 0) == (min(own, 300) if own else 300), j.name
+        assert ("trainer.max_steps=300" in j.overrides) == (not own or own > 300), j.name
+    assert runs_py.capped(["a=1", "trainer.max_steps=300"], 200) == ["a=1"]
+    assert runs_py.capped(["a=1", "trainer.max_steps=300"], 500) == ["a=1", "trainer.max_steps=300"]
+    assert runs_py.capped(["trainer.max_steps=300"], 0) == ["trainer.max_steps=300"]
+    # the SmallCNN figure: dense / Top-k / gTop-k, 3 seeds, the gTop-k setting's warm-ups for every scheme
+    cnn = [j for j in conv_full if j.info["figure"] == "gtopk_cnn"]
+    assert sorted({j.info["series"] for j in cnn}) == ["dense", "gtopk", "topk"] and len(cnn) == 9
+    cfgs = [runs_py.composed(j.overrides) for j in cnn[::3]]
+    assert all(c["model"]["_target_"] == "ssgd.models.SmallCNN" for c in cfgs)
+    assert len({(str(c["compressor"]["density_warmup"]), c["schedule"]["warmup_epochs"], c["trainer"]["max_steps"])
+                for c in cfgs}) == 1
     dependent = [i for i, j in enumerate(full) if j.density_from]
     assert dependent and min(dependent) > max(i for i, j in enumerate(full) if not j.density_from)
     # a finished run is kept only if its saved config is what the overrides compose to now
