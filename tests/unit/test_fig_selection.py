@@ -172,3 +172,19 @@ def test_real_u_fails_with_one_line(tmp_path, capsys):
         fig.main([*args, "--runs", str(tmp_path / "runs"), "--real-densities", "0"])
     assert err.value.code == 2 and "--real-densities" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and len(us) == 4            # nothing written before the check
+
+
+def test_readme_names_the_real_u_counts(tmp_path):
+    """paper_figs/readme.py's fig_selection findings: the min-max k_sent / k over the run snapshots, and the references."""
+    readme = paper_script("readme")
+    fig = load_fig_selection()
+    blank = dict.fromkeys(fig.REAL_COLUMNS, "")
+    rows = [{**blank, "source": s, "model": m, "density": "0.01", "method": "gaussiank", "k_sent_over_k": x}
+            for s, m, x in (("run", "FNN3", "0.5"), ("run", "SmallCNN", "8.25"), ("synthetic", "laplace", "6.47"))]
+    with (tmp_path / "fig_selection_real.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fig.REAL_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    assert readme.selection_findings(tmp_path) == [
+        "- real u (FNN-3, SmallCNN snapshots), density 0.01: gaussiank sends 0.50-8.25 k (mean over calls); "
+        "reference u ~ laplace 6.47 k"]
