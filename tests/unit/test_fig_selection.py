@@ -188,3 +188,13 @@ def test_readme_names_the_real_u_counts(tmp_path):
     assert readme.selection_findings(tmp_path) == [
         "- real u (FNN-3, SmallCNN snapshots), density 0.01: gaussiank sends 0.50-8.25 k (mean over calls); "
         "reference u ~ laplace 6.47 k"]
+
+
+def test_make_figs_and_runs_py_feed_the_real_u_part(tmp_path):
+    """`make figs` trains before fig_selection and passes it the runs; runs.py's `selection` figure is FNN-3 + SmallCNN."""
+    make_figs, runs_py = paper_script("make_figs"), paper_script("runs")
+    names = [name for name, _ in make_figs.steps(tmp_path / "o", tmp_path / "r", 2, False)]
+    argv = dict(make_figs.steps(tmp_path / "o", tmp_path / "r", 2, False))["fig_selection"]
+    assert names.index("runs") < names.index("fig_selection") and argv[-2:] == ["--runs", str(tmp_path / "r")]
+    assert sorted(j.name for j in runs_py.plan("full", runs_py.load_figures()) if "selection" in j.figures) == [
+        "hist_cnn_d0.001", "hist_fnn3_d0.001"]
