@@ -30,8 +30,8 @@ runs under RUNS (fig_histograms.py's choice: the Top-k run of lowest density per
 reference, u ~ N(0, 1) and u ~ Laplace(0, 1) of REFERENCE_D entries; each timed as above (same
 interleaved rounds, same noise handling) at every density of REAL_DENSITIES, with the count each call
 sent: Top-k and Random-k send exactly k = max(int(d * density), 1), Gaussian-k's released loop and DGC
-sampling send what their thresholds keep. fig_selection_real.{png,pdf,csv}: left, median time per
-vector and selector (bars: min-max over rounds); right, k_sent / k (mean; bars min-max over the timed
+sampling send what their thresholds keep. fig_selection_real.{png,pdf,csv}: top, median time per
+vector and selector (bars: min-max over rounds); bottom, k_sent / k (mean; bars min-max over the timed
 calls). The CSV has one row per (device, vector, density, selector): source (run | synthetic), model,
 run, step, d, density, method, times, k, k_sent mean / min / max, k_sent / k, noise.
 """
@@ -192,14 +192,14 @@ def real_table(rows: list[list]) -> str:
 
 
 def plot_real(rows: list[list]) -> plt.Figure:
-    """Left: median ms per vector (x) and selector; right: k_sent / k (log); one marker style per density."""
+    """Top: median ms per vector (x) and selector; bottom: k_sent / k (log); hollow: the first density."""
     c = {name: i for i, name in enumerate(REAL_COLUMNS)}
     device = rows[0][c["device"]]
     rows = [r for r in rows if r[c["device"]] == device]
     vectors = list(dict.fromkeys((r[c["model"]], r[c["step"]]) for r in rows))
     densities = list(dict.fromkeys(r[c["density"]] for r in rows))
     labels = [f"{m}\nstep {s}" if s != "" else f"{m}\n(synthetic)" for m, s in vectors]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(12, 1.3 * len(vectors) * 2), 5.2))
+    fig, (left, right) = plt.subplots(2, 1, figsize=(max(10.0, 1.2 * len(vectors)), 10), sharex=True)
     methods = [m for m in STYLE if any(r[c["method"]] == m for r in rows)]
     width = 0.8 / (len(methods) * len(densities))
     for j, method in enumerate(methods):
@@ -227,9 +227,9 @@ def plot_real(rows: list[list]) -> plt.Figure:
     right.set(yscale="log", ylabel="k_sent / k (mean over calls; bars min-max)",
               title="Achieved count on captured u (grey: [2k/3, 4k/3])")
     for ax in (left, right):
-        ax.set_xticks(range(len(vectors)), labels, fontsize=7)
         ax.grid(True, which="both", axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
+    right.set_xticks(range(len(vectors)), labels, fontsize=8)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
     fig.tight_layout()
     return fig
 
