@@ -96,8 +96,9 @@ alphabeta: $(STAMP)  ## fit alpha/beta by MPI ping-pong -> conf/cluster/$(NAME).
 fig-scaling: $(STAMP)  ## scaling model + paper-calibrated fit, comm time vs P, 32-worker breakdown -> paper_figs/out or OUT= (~10 s; ARGS="--profile p.json")
 	$(PY) paper_figs/fig_scaling.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
-fig-selection: $(STAMP)  ## selection time vs d: Top-k, Gaussian-k, Random-k, DGC sampling, interleaved; density -> paper_figs/out (~1.5 min; OUT=dir)
-	$(PY) paper_figs/fig_selection.py --out $(CHARTS_DIR) --results-dir $(RESULTS_DIR) $(ARGS)
+fig-selection: $(STAMP)  ## selection time vs d, and on captured u of FNN-3 / SmallCNN (trained first): Top-k, Gaussian-k, Random-k, DGC -> paper_figs/out (~3 min; OUT=dir)
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure selection
+	$(PY) paper_figs/fig_selection.py --out $(CHARTS_DIR) --results-dir $(RESULTS_DIR) --runs $(FIGS_RUNS) $(ARGS)
 
 # Figures: OUT=dir (figure folder, default paper_figs/out), RUNS=dir (training runs, default paper_figs/runs),
 # JOBS=n (runs trained at once, one thread each; default 2). figs-quick defaults to outputs/figs-quick/.

@@ -1,9 +1,9 @@
 """Selection time vs vector size, and achieved density, of exact Top-k and its approximations.
 
     python paper_figs/fig_selection.py [--out DIR] [--results-dir DIR] [--sizes D ...] [--density R]
-                                       [--reps ROUNDS] [--devices ...] [--quick]
+                                       [--reps ROUNDS] [--devices ...] [--quick] [--runs RUNS]
     (default DIR: paper_figs/out; sizes 1e5 1e6 1e7 2.5e7; density 0.001; ~1-2 min on 2 quiet cores;
-    --quick: 1e5 and 1e6, 3 rounds, ~15 s)
+    --quick: 1e5 and 1e6, 3 rounds, ~15 s; --runs: also the real-u part below, ~1 min more)
 
 The Top-k paper's motivation (Shi, Chu, Cheung, See, "Understanding Top-k Sparsification in
 Distributed Deep Learning", arXiv:1911.08772): exact top-k costs O(d log k) and is slow on GPUs,
@@ -23,17 +23,33 @@ Top-k, Random-k send exactly k and are left out). The CSV holds every measured c
 distributions) with the per-round ratio Top-k time / method time (median, min, max) and the noise
 columns; <--results-dir>/selection.json the same rows for bench/summary.py.
 Prints the ratio tables: this is a benchmark, ratios are only comparable within one run.
+
+Real u (with --runs RUNS; `make fig-selection` trains the runs first, `paper_figs/runs.py --figure
+selection`): every captured snapshot u = g + e (`capture.u_steps`) of the FNN-3 (FNN3) and SmallCNN Top-k
+runs under RUNS (fig_histograms.py's choice: the Top-k run of lowest density per model), and, for
+reference, u ~ N(0, 1) and u ~ Laplace(0, 1) of REFERENCE_D entries; each timed as above (same
+interleaved rounds, same noise handling) at every density of REAL_DENSITIES, with the count each call
+sent: Top-k and Random-k send exactly k = max(int(d * density), 1), Gaussian-k's released loop and DGC
+sampling send what their thresholds keep. fig_selection_real.{png,pdf,csv}: top, median time per
+vector and selector (bars: min-max over rounds); bottom, k_sent / k (mean; bars min-max over the timed
+calls). The CSV has one row per (device, vector, density, selector): source (run | synthetic), model,
+run, step, d, density, method, times, k, k_sent mean / min / max, k_sent / k, noise.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from figlib import OUT, plt, save
+import torch
+
+from fig_histograms import load_u, pick_runs
+from figlib import OUT, fail, find_runs, plt, save
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "fig_selection"
@@ -57,7 +73,165 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-bench = _load("bench_selection", ROOT / "bench" / "selection.py")
+bench = _load("bench_selection", ROOT / "bench" / "selection.py")     # puts src/ on sys.path
+from ssgd.compress.sparse import k_of  # noqa: E402
+
+REAL_STEM = "fig_selection_real"
+REAL_MODELS = ("FNN3", "SmallCNN")         # FNN-3 and SmallCNN (paper_figs/runs.py: hist_fnn3_*, hist_cnn_*)
+REAL_DENSITIES = (0.001, 0.01)
+REFERENCE_D = 1_000_000                    # the synthetic reference vectors of the real-u part
+REAL_COLUMNS = ["device", "threads", "source", "model", "run", "step", "d", "density", "method", "reps", "inner",
+                "median_ms", "min_ms", "max_ms", "topk_over_method", "k", "k_sent_mean", "k_sent_min", "k_sent_max",
+                "k_sent_over_k", "other_cores_max", "noisy"]
+
+
+@dataclass(frozen=True)
+class Vector:
+    """One vector the real-u part times: a run's snapshot (source "run") or a synthetic reference."""
+
+    source: str
+    model: str
+    run: str
+    step: int | None
+    u: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Achieved:
+    """Entries sent per call, over the timed calls, against k = max(int(d * density), 1)."""
+
+    k: int
+    mean: float
+    lo: int
+    hi: int
+
+    @property
+    def ratio(self) -> float:
+        return self.mean / self.k
+
+
+def achieved(counts: list[int], d: int, density: float) -> Achieved:
+    """Mean, min and max of `counts` (entries each call selected) with k as both released code bases
+    compute it (ssgd.compress.sparse.k_of); at least one count."""
+    if not counts:
+        raise ValueError("achieved: no timed call")
+    return Achieved(k_of(d, density), statistics.fmean(counts), min(counts), max(counts))
+
+
+def real_vectors(runs_root: Path, device: str, reference_d: int = REFERENCE_D) -> list[Vector]:
+    """Every u snapshot of the REAL_MODELS runs under runs_root (float32, on `device`), then the
+    synthetic N(0, 1) and Laplace(0, 1) references of reference_d entries. A missing model or an
+    unreadable snapshot exits 2 with one line (figlib.fail) naming the folder or the file."""
+    chosen = {m: r for m, r in pick_runs(find_runs(runs_root)).items() if m in REAL_MODELS}
+    missing = [m for m in REAL_MODELS if m not in chosen]
+    if missing:
+        fail(f"--runs {runs_root}: no finished Top-k run of {', '.join(missing)} with u snapshots "
+             f"(capture.u_steps); `make fig-selection` trains them (paper_figs/runs.py --figure selection)")
+    out = []
+    for model in REAL_MODELS:
+        run = chosen[model]
+        for path in run.snapshots():
+            try:
+                step, _, u = load_u(path)
+            except Exception as err:                     # torch.load raises many types on a bad file
+                fail(f"{path}: cannot read this u snapshot ({type(err).__name__}: {err}); "
+                     f"delete the run folder and rerun `make fig-selection`")
+            out.append(Vector("run", model, run.path.name, step, torch.from_numpy(u).float().to(device)))
+    for dist in bench.DISTRIBUTIONS:
+        out.append(Vector("synthetic", dist, "", None, bench.make_vector(dist, reference_d, seed=reference_d,
+                                                                           device=device)))
+    return out
+
+
+def measure_real(vectors: list[Vector], densities: list[float], methods: list[str], reps: int | None,
+                 noise: object, progress=print) -> list[list]:
+    """REAL_COLUMNS rows: every vector x density, the selectors timed by bench.time_selectors (the one
+    timing implementation); reps None -> bench.default_reps(d)."""
+    threads = torch.get_num_threads()
+    rows: list[list] = []
+    for v in vectors:
+        d = v.u.numel()
+        for density in densities:
+            start = time.perf_counter()
+            n = reps or bench.default_reps(d)
+            series, counts = bench.time_selectors({m: bench.METHODS[m](0) for m in methods}, v.u, density, n, noise)
+            info = series.to_json()
+            cell = []
+            for m in methods:
+                sp, r, a = series.spread(m), series.ratio(methods[0], m), achieved(counts[m], d, density)
+                rows.append([str(v.u.device), threads, v.source, v.model, v.run, "" if v.step is None else v.step, d,
+                             density, m, n, series.inner, 1e3 * sp.median, 1e3 * sp.lo, 1e3 * sp.hi, r.median, a.k,
+                             a.mean, a.lo, a.hi, a.ratio, info["other_cores_max"], series.noisy])
+                cell.append(f"{m} {1e3 * sp.median:.3g} ms {a.ratio:.3g} k")
+            where = f"{v.model} step {v.step}" if v.step is not None else f"u ~ {v.model}"
+            progress(f"real-u {where} d={d:,} density {density} ({n} rounds x {series.inner}, "
+                     f"{time.perf_counter() - start:.1f} s): " + ", ".join(cell))
+    return rows
+
+
+def real_table(rows: list[list]) -> str:
+    """Markdown: per vector and density, each selector's median ms [min-max] and k_sent / k [min-max]."""
+    c = {name: i for i, name in enumerate(REAL_COLUMNS)}
+    methods = list(dict.fromkeys(r[c["method"]] for r in rows))
+    out = ["\nReal u: median ms [min-max over rounds]; k_sent / k mean [min-max over calls]", "",
+           "| device | vector | d | density | " + " | ".join(methods) + " |", "|---" * (len(methods) + 4) + "|"]
+    keys = dict.fromkeys((r[c["device"]], r[c["model"]], r[c["step"]], r[c["d"]], r[c["density"]]) for r in rows)
+    for key in keys:
+        cells = {r[c["method"]]: r for r in rows
+                 if (r[c["device"]], r[c["model"]], r[c["step"]], r[c["d"]], r[c["density"]]) == key}
+        parts = []
+        for m in methods:
+            r = cells[m]
+            parts.append(f"{r[c['median_ms']]:.3g} [{r[c['min_ms']]:.2g}-{r[c['max_ms']]:.2g}] ms, "
+                         f"{r[c['k_sent_over_k']]:.3g} [{r[c['k_sent_min']] / r[c['k']]:.3g}-"
+                         f"{r[c['k_sent_max']] / r[c['k']]:.3g}] k" + ("*" if r[c["noisy"]] else ""))
+        device, model, step, d, density = key
+        vec = f"{model} step {step}" if step != "" else f"u ~ {model}"
+        out.append(f"| {device} | {vec} | {d:,} | {density} | " + " | ".join(parts) + " |")
+    return "\n".join(out)
+
+
+def plot_real(rows: list[list]) -> plt.Figure:
+    """Top: median ms per vector (x) and selector; bottom: k_sent / k (log); hollow: the first density."""
+    c = {name: i for i, name in enumerate(REAL_COLUMNS)}
+    device = rows[0][c["device"]]
+    rows = [r for r in rows if r[c["device"]] == device]
+    vectors = list(dict.fromkeys((r[c["model"]], r[c["step"]]) for r in rows))
+    densities = list(dict.fromkeys(r[c["density"]] for r in rows))
+    labels = [f"{m}\nstep {s}" if s != "" else f"{m}\n(synthetic)" for m, s in vectors]
+    fig, (left, right) = plt.subplots(2, 1, figsize=(max(10.0, 1.2 * len(vectors)), 10), sharex=True)
+    methods = [m for m in STYLE if any(r[c["method"]] == m for r in rows)]
+    width = 0.8 / (len(methods) * len(densities))
+    for j, method in enumerate(methods):
+        label, color, marker = STYLE[method]
+        for i, density in enumerate(densities):
+            off = (j * len(densities) + i + 0.5) * width - 0.4
+            cells = [next(r for r in rows if (r[c["model"]], r[c["step"]], r[c["density"]], r[c["method"]])
+                          == (*v, density, method)) for v in vectors]
+            xs = [n + off for n in range(len(vectors))]
+            med = [r[c["median_ms"]] for r in cells]
+            left.errorbar(xs, med, yerr=spread(med, [r[c["min_ms"]] for r in cells], [r[c["max_ms"]] for r in cells]),
+                          color=color, marker=marker, ls="none", mfc="none" if i == 0 else color, capsize=2,
+                          label=f"{label}, density {density}")
+            ratio = [r[c["k_sent_over_k"]] for r in cells]
+            k = [r[c["k"]] for r in cells]
+            right.errorbar(xs, ratio, yerr=spread(ratio, [r[c["k_sent_min"]] / kk for r, kk in zip(cells, k)],
+                                                  [r[c["k_sent_max"]] / kk for r, kk in zip(cells, k)]),
+                           color=color, marker=marker, ls="none", mfc="none" if i == 0 else color, capsize=2,
+                           label=f"{label}, density {density}")
+    right.axhspan(2 / 3, 4 / 3, color="0.92", zorder=0)
+    right.axhline(1.0, color="k", lw=0.8)
+    left.set(yscale="log", ylabel="compress(u) time (ms, median; bars min-max)",
+             title=f"Selection time on captured u ({device}, {rows[0][c['threads']]} threads; hollow: density "
+                   f"{densities[0]})")
+    right.set(yscale="log", ylabel="k_sent / k (mean over calls; bars min-max)",
+              title="Achieved count on captured u (grey: [2k/3, 4k/3])")
+    for ax in (left, right):
+        ax.grid(True, which="both", axis="y", alpha=0.3)
+    right.set_xticks(range(len(vectors)), labels, fontsize=8)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
+    fig.tight_layout()
+    return fig
 
 
 def csv_rows(rows: list) -> list[list]:
@@ -116,16 +290,39 @@ def plot(rows: list) -> plt.Figure:
     return fig
 
 
+def _extra(ap) -> None:
+    ap.add_argument("--out", default=str(OUT), help="output folder")
+    ap.add_argument("--runs", type=Path, default=None,
+                    help="also time the selectors on the u snapshots of the FNN-3 and SmallCNN runs under RUNS "
+                         "(fig_selection_real.*)")
+    ap.add_argument("--real-densities", type=float, nargs="+", default=list(REAL_DENSITIES),
+                    help=f"densities of the real-u part (default {' '.join(map(str, REAL_DENSITIES))})")
+    ap.add_argument("--reference-d", type=int, default=REFERENCE_D,
+                    help=f"entries of the synthetic reference vectors of the real-u part (default {REFERENCE_D:,})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = bench.parse("fig_selection.py", __doc__.splitlines()[0], argv,
-                       extra=lambda ap: ap.add_argument("--out", default=str(OUT),
-                                                        help="output folder"))
+                       extra=_extra)
+    if args.runs is not None:
+        if bad := [x for x in args.real_densities if not 0.0 < x <= 1.0]:
+            fail(f"--real-densities {' '.join(map(str, bad))}: must be in (0, 1]")
+        if args.reference_d < 1:
+            fail(f"--reference-d {args.reference_d}: must be >= 1")
+        vectors = real_vectors(args.runs, args.devices[0], args.reference_d)     # fails before any timing
     t0 = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["paper_figs/fig_selection.py", *(sys.argv[1:] if argv is None else argv)])
     rows = bench.run(args, command)
     written = save(plot(rows), out, STEM, COLUMNS, csv_rows(rows))
+    if args.runs is not None:
+        t1 = time.perf_counter()
+        noise = bench.harness.noise_from_args(args, quick=args.quick)
+        real = measure_real(vectors, args.real_densities, args.methods, args.reps, noise)
+        print(real_table(real))
+        written += save(plot_real(real), out, REAL_STEM, REAL_COLUMNS, real)
+        print(f"real-u part: {len(real)} cells in {time.perf_counter() - t1:.1f} s")
     print(f"wrote {len(written)} files to {out} and {args.results_dir / 'selection.json'} in "
           f"{time.perf_counter() - t0:.1f} s ({os.cpu_count()} CPUs)")
     return 0

@@ -22,7 +22,7 @@ from figlib import OUT, ROOT, RUNS
 
 QUICK = ROOT / "outputs" / "figs-quick"
 # expected seconds of the figure steps on 2 quiet cores (progress estimates only)
-EXPECTED = {"fig_histograms": 15, "fig_bounds": 10, "fig_convergence": 15, "fig_selection": 40,
+EXPECTED = {"fig_histograms": 15, "fig_bounds": 10, "fig_convergence": 15, "fig_selection": 100,
             "fig_scaling": 15, "readme": 3}
 
 
@@ -39,7 +39,7 @@ def steps(out: Path, runs: Path, jobs: int, quick: bool) -> list[tuple[str, list
             ("fig_histograms", [str(pf / "fig_histograms.py"), "--runs", str(runs), "--out", str(out)]),
             ("fig_bounds", [str(pf / "fig_bounds.py"), "--runs", str(runs), "--out", str(out)]),
             conv,
-            ("fig_selection", [str(pf / "fig_selection.py"), "--out", str(out)]),
+            ("fig_selection", [str(pf / "fig_selection.py"), "--out", str(out), "--runs", str(runs)]),
             ("fig_scaling", [str(pf / "fig_scaling.py"), "--out", str(out)]),
             ("readme", [str(pf / "readme.py"), "--out", str(out), "--readme", str(readme)])]
 

@@ -28,9 +28,12 @@ FIGURES = [
      "`capture/stats.jsonl` and u snapshots of the Top-k runs (FNN-3 at densities 0.001, 0.01, 0.05, 0.1, 0.2, 0.3; "
      "SmallCNN and LSTM at 0.001, 0.01, 0.1, 0.3) and of a gTop-k run (FNN-3, 0.001); the bound's shape condition "
      "on every snapshot (`fig_bounds_condition.csv`)", "Top-k paper: bound comparison; IJCAI'19 delta-ratio (norm) figure"),
-    ("fig_selection", "`make fig-selection` (~1-2 min)",
+    ("fig_selection", "`make fig-selection` (~3-10 min with its runs; also `fig_selection_real`)",
      "u ~ N(0, 1) and a heavy-tailed vector of 1e5 ... 2.5e7 entries, density 0.001, this machine's CPU (and GPU when "
-     "present)", "Top-k paper: top-k vs Gaussian-k selection time"),
+     "present); real u: every u snapshot (`capture.u_steps`) of the FNN-3 and SmallCNN Top-k runs "
+     "(`hist_fnn3_d0.001`, `hist_cnn_d0.001`) and a 1e6-entry N(0, 1) / Laplace reference at densities 0.001 and "
+     "0.01, with the count each selector sent (`fig_selection_real.csv`)",
+     "Top-k paper: top-k vs Gaussian-k selection time"),
     ("fig_convergence_topk_paper", "`make fig-convergence` (~12 min with its runs on 2 quiet cores; both figures)",
      "`metrics.jsonl` of dense / Top-k / Gaussian-k (released and bisection refinement) / Random-k / Top-k at "
      "Gaussian-k's achieved density, FNN-3 on the embedded MNIST digits, 4 workers, bs 128, lr 0.01, GaussianK-SGD's "
@@ -154,6 +157,16 @@ def selection_findings(out: Path) -> list[str]:
                          if m not in ("topk", "randomk"))
         lines.append(f"- {device}, u ~ {dist}, d = {d:,}: exact Top-k {float(at['topk']['median_ms']):.0f} ms; "
                      f"speed-up over it: {speed}; entries sent: {dens}")
+    real = read(out, "fig_selection_real") or []
+    for density in sorted({float(r["density"]) for r in real}):
+        for method in ("gaussiank", "dgcsampling_scaled"):
+            sent = [r for r in real if float(r["density"]) == density and r["method"] == method]
+            runs = [float(r["k_sent_over_k"]) for r in sent if r["source"] == "run"]
+            ref = ", ".join(f"u ~ {r['model']} {float(r['k_sent_over_k']):.2f} k" for r in sent
+                            if r["source"] == "synthetic")
+            if runs:
+                lines.append(f"- real u (FNN-3, SmallCNN snapshots), density {density:g}: {method} sends "
+                             f"{min(runs):.2f}-{max(runs):.2f} k (mean over calls); reference {ref}")
     return lines
 
 

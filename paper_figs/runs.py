@@ -42,8 +42,8 @@ LSTM = ["model=lstm", "dataset=synthetic_ptb", "dataset.vocab_size=2000", "train
         "capture.u_steps=[1,8,24]", "trainer.grad_clip=0.25"]
 # name -> (experiment and overrides, the figures that read it, expected seconds on 2 quiet cores)
 ANALYSIS: dict[str, tuple[list[str], tuple[str, ...], float]] = {
-    "hist_fnn3_d0.001": (HIST, ("histograms", "bounds"), 15),
-    "hist_cnn_d0.001": ([*HIST, "model=cnn"], ("histograms", "bounds"), 40),
+    "hist_fnn3_d0.001": (HIST, ("histograms", "bounds", "selection"), 15),
+    "hist_cnn_d0.001": ([*HIST, "model=cnn"], ("histograms", "bounds", "selection"), 40),
     "hist_lstm_d0.001": ([*HIST, *LSTM], ("histograms", "bounds"), 40),
     "bounds_fnn3_d0.01": ([*HIST, "compressor.density=0.01"], ("bounds",), 15),
     "bounds_fnn3_d0.05": ([*HIST, "compressor.density=0.05"], ("bounds",), 15),
