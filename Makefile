@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
+.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence fig-density figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -121,6 +121,10 @@ fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJC
 fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~9 min)
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure convergence
 	$(PY) paper_figs/fig_convergence.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
+
+fig-density: $(STAMP)  ## final accuracy and time to accuracy vs density 1 ... 1e-4: gTop-k, Top-k, Gaussian-k, 3 seeds x 403 steps -> paper_figs/out or OUT= (~5-7 min on 2 quiet cores)
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure density
+	$(PY) paper_figs/fig_density.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
 figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~14 min on 2 idle cores; resumes)
 	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)

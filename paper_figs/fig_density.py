@@ -118,11 +118,15 @@ def draw(info: dict, rows: list[list]) -> plt.Figure:
                                      color=f"C{i}", xytext=(4, 4), textcoords="offset points")
         unreached += [(xx, i, r) for xx, r in zip(x, rs) if r[col["time_to_target_s_mean"]] == ""]
     top = time_ax.get_ylim()[1] if time_ax.lines else 1.0
-    time_ax.set_ylim(0, top * 1.25)
-    for xx, i, r in unreached:
-        time_ax.plot([xx], [top * 1.12], marker="x", ms=7, color=f"C{i}", ls="")
-        time_ax.annotate(f"not reached\n(0/{r[col['seeds']]})", (xx, top * 1.12), fontsize=6, color=f"C{i}",
-                         ha="center", xytext=(0, -18), textcoords="offset points")
+    time_ax.set_ylim(0, top * (1.16 + 0.08 * len(schemes)))
+    for xx, i, r in unreached:              # one row per scheme above the data: x + "not reached"
+        y = top * (1.06 + 0.08 * i)
+        time_ax.plot([xx], [y], marker="x", ms=6, color=f"C{i}", ls="")
+        time_ax.annotate(f"0/{r[col['seeds']]}", (xx, y), fontsize=6, color=f"C{i}", ha="left", va="center",
+                         xytext=(4, 0), textcoords="offset points")
+    if unreached:
+        time_ax.text(0.5, 0.98, "x = not reached by any seed (seeds reaching / seeds)", transform=time_ax.transAxes,
+                     ha="center", va="top", fontsize=7)
     steps = max(r[col["steps"]] for r in rows)
     seeds = max(r[col["seeds"]] for r in rows)
     acc_ax.set(xscale="log", xlabel="density (configured; schemes offset slightly)",
@@ -130,7 +134,7 @@ def draw(info: dict, rows: list[list]) -> plt.Figure:
                title=f"final validation accuracy: mean, min-max over {seeds} seeds")
     time_ax.set(xscale="log", xlabel="density (configured; schemes offset slightly)",
                 ylabel=f"modelled time on {cluster} to val acc {target:g} (s)",
-                title=f"time to accuracy {target:g} (mean, min-max over the seeds reaching it; x: none did)")
+                title=f"time to accuracy {target:g} (mean, min-max over the seeds reaching it)")
     for ax in (acc_ax, time_ax):
         ax.invert_xaxis()
         ax.legend(fontsize=8)

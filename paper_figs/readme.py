@@ -41,6 +41,11 @@ FIGURES = [
      "dense / Top-k / gTop-k, FNN-3 on the embedded MNIST digits, 4 workers, bs 32, lr 0.1, the gTop-k code's "
      "warm-ups for all, 2,000 steps, 3 seeds (`experiments/icdcs_convergence_laptop.yaml`), modelled on 4x1GbE",
      "gTop-k paper convergence figure (S-SGD vs gTop-k S-SGD) + time to accuracy"),
+    ("fig_density", "`make fig-density` (~5-7 min with its runs on 2 quiet cores)",
+     "final validation accuracy and modelled time to 0.90 on 4x1GbE vs density 1, 0.1, 0.01, 0.001, 0.0001 for "
+     "gTop-k, Top-k and Gaussian-k (density 1 = the dense runs), FNN-3 on the embedded MNIST digits, the gTop-k "
+     "figure's settings and the same warm-ups for all, 403 steps, 3 seeds (`paper_figs/figures.yaml` `density`)",
+     "gTop-k paper (ICDCS'19) density sensitivity (convergence at densities 0.001 ... 0.0001)"),
     ("dlbench", "`make bench-dlbench` (~13 min; not part of `make figs`)",
      "time per mini-batch of DLBench's FCN-5, FCN-R, AlexNet-R, ResNet-56 and LSTM, synthetic data, PyTorch eager / "
      "torch.compile / TensorFlow / JAX at 1 and all threads (bench/README.md)",
@@ -137,6 +142,25 @@ def convergence_findings(out: Path) -> list[str]:
     return lines
 
 
+def density_findings(out: Path) -> list[str]:
+    """fig_density.csv as a table: per scheme and density, achieved density, final accuracy, time to the target."""
+    rows = read(out, "fig_density") or []
+    if not rows:
+        return []
+    r0 = rows[0]
+    lines = [f"- {r0['seeds']} seeds, {r0['steps']} steps, target {float(r0['target_acc']):g} validation accuracy; "
+             f"mean [min, max] over seeds (time: over the seeds reaching it); modelled time on {r0['cluster']}; "
+             "density 1 is the dense runs, shared by every scheme", "",
+             "  | scheme | density configured / achieved (after warm-up) | final val acc | seeds reaching target | "
+             "steps to target | modelled s to target |", "  |---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"  | {r['label']} | {float(r['density']):g} / {float(r['density_achieved_mean']):.3g} "
+                     f"({float(r['density_achieved_after_warmup']):.3g}) | {_range(r, 'final_val_acc')} | "
+                     f"{r['reached']} | {_range(r, 'steps_to_target', '.0f')} | "
+                     f"{_range(r, 'time_to_target_s', '.2f') if r['time_to_target_s_mean'] else 'not reached'} |")
+    return lines + [""]
+
+
 def selection_findings(out: Path) -> list[str]:
     rows = read(out, "fig_selection") or []
     lines = []
@@ -178,7 +202,8 @@ def reproduction_findings(out: Path) -> list[str]:
 
 
 FINDINGS = {"reproduction": reproduction_findings, "fig_histograms": histogram_findings, "fig_bounds": bound_findings,
-            "fig_convergence_topk_paper": convergence_findings, "fig_selection": selection_findings}
+            "fig_convergence_topk_paper": convergence_findings, "fig_density": density_findings,
+            "fig_selection": selection_findings}
 
 
 def render(out: Path, readme: Path) -> str:
