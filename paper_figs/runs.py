@@ -167,11 +167,13 @@ def density_jobs(spec: dict, profile: str) -> list[Job]:
 
 
 def plan(profile: str, spec: dict) -> list[Job]:
-    """Every run of a profile: the full one also trains the analysis runs and the density sweep."""
+    """Every run of a profile (the full one also trains the analysis runs and the density sweep); the
+    runs that take another run's density come after all the rest."""
     if profile == "quick":
         return convergence_jobs(spec, profile)
-    return [Job(n, o, f, e) for n, (o, f, e) in ANALYSIS.items()] + convergence_jobs(spec, profile) \
+    jobs = [Job(n, o, f, e) for n, (o, f, e) in ANALYSIS.items()] + convergence_jobs(spec, profile) \
         + density_jobs(spec, "full")
+    return sorted(jobs, key=lambda j: bool(j.density_from))        # stable: the order is kept otherwise
 
 
 def matched_density(out: Path, names: list[str]) -> tuple[float, list[float]]:
