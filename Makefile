@@ -122,7 +122,7 @@ fig-convergence: $(STAMP)  ## convergence, 3 seeds x 2,000 steps, same warm-ups,
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure convergence
 	$(PY) paper_figs/fig_convergence.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-fig-density: $(STAMP)  ## final accuracy and time to accuracy vs density 1 ... 1e-4: gTop-k, Top-k, Gaussian-k, 3 seeds x 403 steps -> paper_figs/out or OUT= (~5-7 min on 2 quiet cores)
+fig-density: $(STAMP)  ## final accuracy and time to accuracy vs density 1 ... 1e-4: gTop-k, Top-k, Gaussian-k, 3 seeds x 403 steps -> paper_figs/out or OUT= (~4 min on 2 quiet cores; 6-14 min measured on a shared one)
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure density
 	$(PY) paper_figs/fig_density.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 

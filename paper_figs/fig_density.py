@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"no finished density run (run_info.json kind 'density') under {args.runs}; "
              "`make fig-density` trains them")
     info, rows = table(runs)
+    if not rows:
+        fail(f"only dense runs of the density sweep under {args.runs}; `make fig-density` trains the sparse ones")
     for path in save(draw(info, rows), Path(args.out), "fig_density", HEADER, rows):
         print(f"wrote {path}")
     return 0

@@ -41,7 +41,7 @@ FIGURES = [
      "dense / Top-k / gTop-k, FNN-3 on the embedded MNIST digits, 4 workers, bs 32, lr 0.1, the gTop-k code's "
      "warm-ups for all, 2,000 steps, 3 seeds (`experiments/icdcs_convergence_laptop.yaml`), modelled on 4x1GbE",
      "gTop-k paper convergence figure (S-SGD vs gTop-k S-SGD) + time to accuracy"),
-    ("fig_density", "`make fig-density` (~5-7 min with its runs on 2 quiet cores)",
+    ("fig_density", "`make fig-density` (~4 min with its runs on 2 quiet cores, 6-14 min on a shared one)",
      "final validation accuracy and modelled time to 0.90 on 4x1GbE vs density 1, 0.1, 0.01, 0.001, 0.0001 for "
      "gTop-k, Top-k and Gaussian-k (density 1 = the dense runs), FNN-3 on the embedded MNIST digits, the gTop-k "
      "figure's settings and the same warm-ups for all, 403 steps, 3 seeds (`paper_figs/figures.yaml` `density`)",
