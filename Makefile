@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
+.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence fig-convergence-paper fig-density figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -129,7 +129,11 @@ fig-convergence-paper: $(STAMP)  ## gTop-k paper convergence: ResNet-20 on CIFAR
 	$(PY) paper_figs/convergence_paper.py --data "$(DATA)" --device $(or $(DEVICE),cpu) --runs $(FIGS_RUNS) \
 	  --out $(FIGS_OUT) $(if $(STEPS),--max-steps $(STEPS)) $(ARGS)
 
-figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~16 min on 2 idle cores; resumes)
+fig-density: $(STAMP)  ## final accuracy and time to accuracy vs density 1 ... 1e-4: gTop-k, Top-k, Gaussian-k, 3 seeds x 403 steps -> paper_figs/out or OUT= (~4 min on 2 quiet cores; 6-14 min measured on a shared one)
+	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure density
+	$(PY) paper_figs/fig_density.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
+
+figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~20 min on 2 idle cores; resumes)
 	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)
 
 figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~2-3 min)

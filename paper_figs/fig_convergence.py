@@ -3,7 +3,8 @@
     python paper_figs/fig_convergence.py [--runs paper_figs/runs] [--out paper_figs/out]
 
 Reads metrics.jsonl, summary.json and .hydra/config.yaml of every run under --runs that has no capture
-statistics (runs with capture are the histogram / bounds runs). Runs trained by paper_figs/runs.py carry a
+statistics (runs with capture are the histogram / bounds runs) and is not a run of the density sweep
+(run_info.json kind "density", read by fig_density.py). Runs trained by paper_figs/runs.py carry a
 run_info.json (figure, series, legend label, seed, profile, target accuracy, from paper_figs/figures.yaml);
 other runs (e.g. a Hydra multirun of an experiment) form one figure whose series are the compressors (and
 densities, when a compressor ran at several), with targets from --target-acc.
@@ -298,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-acc", type=float, default=0.9,
                     help="time-to-accuracy target for runs without run_info.json (default 0.9)")
     args = ap.parse_args(argv)
-    runs = [r for r in find_runs(Path(args.runs)) if r.metrics and not r.capture_stats()]
+    runs = [r for r in find_runs(Path(args.runs)) if r.metrics and not r.capture_stats()
+            and info_of(r).get("kind") != "density"]          # the density sweep is fig_density.py's
     runs = require(runs, Path(args.runs), "metrics.jsonl and no capture (the convergence runs)")
     figures = group(runs, args.target_acc)
     out = Path(args.out)

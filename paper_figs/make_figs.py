@@ -3,9 +3,9 @@
     python paper_figs/make_figs.py [--out paper_figs/out] [--runs paper_figs/runs] [--jobs 2] [--quick]
 
 Steps, each a separate process, stopping at the first that fails (its exit status is ours):
-runs.py (the training runs; resumes), fig_histograms, fig_bounds, fig_convergence, fig_selection,
+runs.py (the training runs; resumes), fig_histograms, fig_bounds, fig_convergence, fig_density, fig_selection,
 fig_scaling, readme.py. With --quick: only the quick profile's convergence runs (2 seeds, 300 steps)
-and fig_convergence, into outputs/figs-quick/ by default. The README of the figures goes to
+and fig_convergence (no density sweep), into outputs/figs-quick/ by default. The README of the figures goes to
 paper_figs/README.md when --out is paper_figs/out, else to <out>/README.md.
 A line per step says how long it took, the time so far and the expected time left; runs.py prints one
 line per run.
@@ -22,7 +22,7 @@ from figlib import OUT, ROOT, RUNS
 
 QUICK = ROOT / "outputs" / "figs-quick"
 # expected seconds of the figure steps on 2 quiet cores (progress estimates only)
-EXPECTED = {"fig_histograms": 15, "fig_bounds": 10, "fig_convergence": 15, "fig_selection": 100,
+EXPECTED = {"fig_histograms": 15, "fig_bounds": 10, "fig_convergence": 15, "fig_density": 8, "fig_selection": 100,
             "fig_scaling": 15, "readme": 3}
 
 
@@ -39,6 +39,7 @@ def steps(out: Path, runs: Path, jobs: int, quick: bool) -> list[tuple[str, list
             ("fig_histograms", [str(pf / "fig_histograms.py"), "--runs", str(runs), "--out", str(out)]),
             ("fig_bounds", [str(pf / "fig_bounds.py"), "--runs", str(runs), "--out", str(out)]),
             conv,
+            ("fig_density", [str(pf / "fig_density.py"), "--runs", str(runs), "--out", str(out)]),
             ("fig_selection", [str(pf / "fig_selection.py"), "--out", str(out), "--runs", str(runs)]),
             ("fig_scaling", [str(pf / "fig_scaling.py"), "--out", str(out)]),
             ("readme", [str(pf / "readme.py"), "--out", str(out), "--readme", str(readme)])]

@@ -49,6 +49,11 @@ FIGURES = [
      "bs 32, lr 0.1, the gTop-k code's warm-ups for all, 200 steps (inside the 10-epoch LR warm-up), 3 seeds "
      "(`experiments/icdcs_convergence_laptop.yaml` + `model=cnn`), modelled on 4x1GbE",
      "gTop-k paper convergence figure, with a convolutional model; `make fig-convergence-paper` runs the paper's"),
+    ("fig_density", "`make fig-density` (~4 min with its runs on 2 quiet cores, 6-14 min on a shared one)",
+     "final validation accuracy and modelled time to 0.90 on 4x1GbE vs density 1, 0.1, 0.01, 0.001, 0.0001 for "
+     "gTop-k, Top-k and Gaussian-k (density 1 = the dense runs), FNN-3 on the embedded MNIST digits, the gTop-k "
+     "figure's settings and the same warm-ups for all, 403 steps, 3 seeds (`paper_figs/figures.yaml` `density`)",
+     "gTop-k paper (ICDCS'19) density sensitivity (convergence at densities 0.001 ... 0.0001)"),
     ("dlbench", "`make bench-dlbench` (~13 min; not part of `make figs`)",
      "time per mini-batch of DLBench's FCN-5, FCN-R, AlexNet-R, ResNet-56 and LSTM, synthetic data, PyTorch eager / "
      "torch.compile / TensorFlow / JAX at 1 and all threads (bench/README.md)",
@@ -145,6 +150,25 @@ def convergence_findings(out: Path) -> list[str]:
     return lines
 
 
+def density_findings(out: Path) -> list[str]:
+    """fig_density.csv as a table: per scheme and density, achieved density, final accuracy, time to the target."""
+    rows = read(out, "fig_density") or []
+    if not rows:
+        return []
+    r0 = rows[0]
+    lines = [f"- {r0['seeds']} seeds, {r0['steps']} steps, target {float(r0['target_acc']):g} validation accuracy; "
+             f"mean [min, max] over seeds (time: over the seeds reaching it); modelled time on {r0['cluster']}; "
+             "density 1 is the dense runs, shared by every scheme", "",
+             "  | scheme | density configured / achieved (after warm-up) | final val acc | seeds reaching target | "
+             "steps to target | modelled s to target |", "  |---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"  | {r['label']} | {float(r['density']):g} / {float(r['density_achieved_mean']):.3g} "
+                     f"({float(r['density_achieved_after_warmup']):.3g}) | {_range(r, 'final_val_acc')} | "
+                     f"{r['reached']} | {_range(r, 'steps_to_target', '.0f')} | "
+                     f"{_range(r, 'time_to_target_s', '.2f') if r['time_to_target_s_mean'] else 'not reached'} |")
+    return lines + [""]
+
+
 def selection_findings(out: Path) -> list[str]:
     rows = read(out, "fig_selection") or []
     lines = []
@@ -202,7 +226,8 @@ def reproduction_findings(out: Path) -> list[str]:
 
 
 FINDINGS = {"reproduction": reproduction_findings, "fig_histograms": histogram_findings, "fig_bounds": bound_findings,
-            "fig_convergence_topk_paper": convergence_findings, "fig_selection": selection_findings}
+            "fig_convergence_topk_paper": convergence_findings, "fig_density": density_findings,
+            "fig_selection": selection_findings}
 
 
 def render(out: Path, readme: Path) -> str:
@@ -211,9 +236,10 @@ def render(out: Path, readme: Path) -> str:
              "Figure scripts; each writes PNG + PDF + the CSV it plotted into `paper_figs/out/`. `make figs` trains the",
              "runs the analysis and convergence figures need (`paper_figs/runs.py`, 2 at a time, into the git-ignored",
              "`paper_figs/runs/`; it resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from",
-             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 16 minutes on 2",
+             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 20 minutes on 2",
              "quiet cores, most of it the 36 convergence runs (3 seeds per scheme: 2,000 steps of FNN-3, 200 of SmallCNN;",
-             "`paper_figs/figures.yaml`);",
+             "`paper_figs/figures.yaml`) and the 39 runs of the density sweep (3 seeds x 403 steps per scheme and density,",
+             "~4 min; `make fig-density`);",
              "`make figs-quick` is a 2-3 minute preview of the convergence figures (2 seeds x 300 steps, titled QUICK,",
              "into `outputs/figs-quick/`). docs/convergence.md reads the convergence numbers against the papers.",
              "Larger versions on real data: the experiments of `experiments/` (capture is on in `topk_histograms` and",

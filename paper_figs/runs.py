@@ -9,7 +9,9 @@ Each run is `src/train.py` with an experiment file of experiments/ and a few ove
   real MNIST digits and on synthetic PTB-shaped tokens;
 - the convergence runs: every series of every figure of paper_figs/figures.yaml, once per seed of the
   profile (`full`: 3 seeds, `quick`: 2 seeds and 300 steps; the quick profile trains only these), into
-  <out>/convergence/<figure>/<series>_s<seed>.
+  <out>/convergence/<figure>/<series>_s<seed>;
+- the density runs (figures.yaml's `density`, full profile only): every scheme at every density, and one
+  dense run (density 1) per seed, into <out>/density/<scheme>_d<density>_s<seed> and <out>/density/dense_s<seed>.
 A run whose summary.json exists and whose saved config equals the one its experiment file and overrides
 compose to now is kept (rerun with --force, e.g. after changing src/), so an interrupted `make figs`
 resumes and an edited experiment file retrains only its runs. `--jobs N` trains N runs at once, each with one
@@ -94,6 +96,16 @@ def load_figures(path: Path = FIGURES_FILE) -> dict:
             if dep is not None and (dep not in fig["series"] or "density_from" in fig["series"][dep]):
                 fail(f"{path}: figures.{name}.series.{series}.density_from={dep!r}: must name another series of "
                      f"the figure that has no density_from itself")
+    dens = spec.get("density")
+    if dens is not None:
+        for key in ("title", "experiment", "target_acc", "step_s", "steps", "densities", "dense", "schemes"):
+            if key not in dens:
+                fail(f"{path}: density lacks '{key}'")
+        if not (ROOT / "experiments" / f"{dens['experiment']}.yaml").is_file():
+            fail(f"{path}: density.experiment={dens['experiment']!r}: no experiments/{dens['experiment']}.yaml")
+        bad = [d for d in dens["densities"] if not (isinstance(d, (int, float)) and 0 < d < 1)]
+        if bad or not dens["densities"]:
+            fail(f"{path}: density.densities={dens['densities']!r}: a non-empty list of numbers in (0, 1)")
     for name in PROFILES:
         if name not in spec["profiles"]:
             fail(f"{path}: profiles lacks '{name}'")
@@ -135,9 +147,43 @@ def convergence_jobs(spec: dict, profile: str) -> list[Job]:
     return first + later
 
 
+DENSITY_WARMUP = 0.004          # the gTop-k code's warm-up density (epoch 0), raised to the target where denser
+
+
+def density_jobs(spec: dict, profile: str) -> list[Job]:
+    """figures.yaml's density sweep: per seed, one dense run (density 1, shared by every scheme) and every
+    (scheme, density), all with the same warm-ups: density max(0.004, density) in epoch 0, the experiment's
+    LR warm-up."""
+    dens = spec.get("density")
+    if dens is None:
+        return []
+    prof = spec["profiles"][profile]
+    common = ["-cn", dens["experiment"], "hydra.mode=RUN"]
+    jobs = []
+    for seed in prof["seeds"]:
+        tail = [f"trainer.max_steps={dens['steps']}", f"seed={seed}", *prof["overrides"]]
+        cases = [("dense", dens["dense"], 1.0, [])] + [
+            (scheme, s, rho, [f"compressor.density={rho:g}", f"compressor.density_warmup=[{max(DENSITY_WARMUP, rho):g}]"])
+            for scheme, s in dens["schemes"].items() for rho in dens["densities"]]
+        for scheme, s, rho, extra in cases:
+            overrides = [*common, *s["overrides"], *extra, *tail]
+            name = f"density/dense_s{seed}" if scheme == "dense" else f"density/{scheme}_d{rho:g}_s{seed}"
+            info = {"kind": "density", "figure": "density", "title": dens["title"], "series": scheme,
+                    "label": s["label"], "seed": seed, "profile": profile, "target_acc": dens["target_acc"],
+                    "density": rho}
+            est = spec["startup_s"] + dens["step_s"] * steps_of(overrides, dens["steps"])
+            jobs.append(Job(name, overrides, ("density",), est, info))
+    return jobs
+
+
 def plan(profile: str, spec: dict) -> list[Job]:
-    jobs = [] if profile == "quick" else [Job(n, o, f, e) for n, (o, f, e) in ANALYSIS.items()]
-    return jobs + convergence_jobs(spec, profile)
+    """Every run of a profile (the full one also trains the analysis runs and the density sweep); the
+    runs that take another run's density come after all the rest."""
+    if profile == "quick":
+        return convergence_jobs(spec, profile)
+    jobs = [Job(n, o, f, e) for n, (o, f, e) in ANALYSIS.items()] + convergence_jobs(spec, profile) \
+        + density_jobs(spec, "full")
+    return sorted(jobs, key=lambda j: bool(j.density_from))        # stable: the order is kept otherwise
 
 
 def matched_density(out: Path, names: list[str]) -> tuple[float, list[float]]:
