@@ -167,7 +167,7 @@ bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the mode
 bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~8 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_e2e.py $(ARGS)
 
-bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (~12 min at P=4)
+bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (~28 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_replay.py $(ARGS)
 	@if [ -f bench/results/testbed_replay_1gbit.csv ]; then mkdir -p paper_figs/measured && cp bench/results/testbed_replay_1gbit.csv paper_figs/measured/ && echo "copied to paper_figs/measured/ (make fig-scaling draws it)"; fi
 

@@ -18,7 +18,7 @@ t_single the profile's single-worker step (`ssgd.perf.iteration`):
 Writes <out-dir>/testbed_replay_<BW>.csv (one row per run) and .json; `make fig-scaling` draws the
 eff_testbed points beside the model and the paper when the CSV is there.
 
-    make testbed-up P=4 && make bench-testbed-replay        # 5 models x 3 schemes x P = 2, 4, 8 steps (~9 min)
+    make testbed-up P=4 && make bench-testbed-replay        # 5 models x 3 schemes x P = 2, 4, 7 steps (~28 min)
     PYTHONPATH=src python bench/testbed_replay.py --profiles resnet20 resnet50 --P 4 --steps 10
 """
 from __future__ import annotations
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
     ap.add_argument("--schemes", nargs="+", choices=SCHEMES, default=list(SCHEMES))
     ap.add_argument("--P", type=int, nargs="+", help="hosts per run (default 2 and the testbed's P)")
-    ap.add_argument("--steps", type=int, default=8, help="trainer.max_steps per run (default 8)")
-    ap.add_argument("--warmup", type=int, default=3, help="first steps left out of the medians (default 3)")
+    ap.add_argument("--steps", type=int, default=7, help="trainer.max_steps per run (default 7)")
+    ap.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians (default 2)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run before it is stopped")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
