@@ -236,7 +236,7 @@ def render(out: Path, readme: Path) -> str:
              "Figure scripts; each writes PNG + PDF + the CSV it plotted into `paper_figs/out/`. `make figs` trains the",
              "runs the analysis and convergence figures need (`paper_figs/runs.py`, 2 at a time, into the git-ignored",
              "`paper_figs/runs/`; it resumes), draws every figure and rewrites this file (`paper_figs/readme.py`) from",
-             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 20 minutes on 2",
+             "the CSVs; `make figs OUT=dir` writes the figures and this README into `dir` instead. About 21 minutes on 2",
              "quiet cores, most of it the 36 convergence runs (3 seeds per scheme: 2,000 steps of FNN-3, 200 of SmallCNN;",
              "`paper_figs/figures.yaml`) and the 39 runs of the density sweep (3 seeds x 403 steps per scheme and density,",
              "~4 min; `make fig-density`);",
