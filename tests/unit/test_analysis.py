@@ -99,4 +99,4 @@ def test_no_runs_is_a_clear_error(tmp_path, capsys):
     runs_py = paper_script("runs")
     with pytest.raises(SystemExit) as exit_:
         runs_py.main(["--figure", "nope", "--out", str(tmp_path)])
-    assert exit_.value.code == 2 and "allowed: bounds, convergence, histograms" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "allowed: bounds, convergence, density, histograms, selection" in capsys.readouterr().err

@@ -12,7 +12,8 @@ MODEL_DATA = {"fnn3": ("mnist_embedded", []), "cnn": ("synthetic_mnist", []),
               "resnet20": ("synthetic_cifar10", []), "resnet56": ("synthetic_cifar10", SMALL_VAL),
               "vgg16": ("synthetic_cifar10", SMALL_VAL), "alexnet_r": ("synthetic_cifar10", SMALL_VAL),
               "lstm": ("synthetic_ptb", []), "lstm_ptb": ("synthetic_ptb", SMALL_VAL),
-              "alexnet": ("synthetic_imagenet64", SMALL_VAL), "resnet50": ("synthetic_imagenet64", SMALL_VAL)}
+              "alexnet": ("synthetic_imagenet64", SMALL_VAL), "resnet50": ("synthetic_imagenet64", SMALL_VAL),
+              "replay": ("synthetic_cifar10", [])}
 DATA_MODEL = {"mnist_embedded": "fnn3", "synthetic_mnist": "cnn", "synthetic_cifar10": "resnet20",
               "synthetic_ptb": "lstm", "synthetic_imagenet64": "resnet20"}
 LOCAL_FILES = {"mnist", "cifar10", "ptb", "imagenet"}   # real data from local files: test_paper_data.py
