@@ -53,6 +53,29 @@ COLUMNS = ("bw", "P", "d", "k", "collective", "measured_ms", "measured_lo_ms", "
            "critical_messages", "alpha_s", "beta_s_per_byte", "link_bytes_per_s")
 
 
+def check_hosts(Ps: list[int], hosts: int) -> str | None:
+    """None when every P of `--P` fits the testbed's `hosts`, else the one-line problem naming them."""
+    if all(2 <= p <= hosts for p in Ps):
+        return None
+    return f"--P {' '.join(map(str, Ps))}: the testbed has {hosts} hosts; each P must be in 2..{hosts}"
+
+
+def write_results(stem: Path, rows: list[dict[str, Any]], fields: list[str] | tuple[str, ...],
+                  meta: dict[str, Any], start: float) -> None:
+    """Write `rows` to <stem>.csv (columns `fields`) and <stem>.json: the command line, `meta`, the rows and
+    the runtime since `start` (a time.perf_counter()); print where, to stderr."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(fields))
+        w.writeheader()
+        w.writerows(rows)
+    runtime = time.perf_counter() - start
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"command": " ".join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]), **meta, "rows": rows,
+         "total_runtime_s": runtime}, indent=1) + "\n")
+    print(f"[{stem.name}] wrote {stem.with_suffix('.csv')} and .json ({runtime:.0f} s)", file=sys.stderr)
+
+
 def rate_bytes_per_s(bw: str) -> float:
     """A tc rate ('1gbit', '100mbit', '10gbit', '125mbps') in bytes per second (tc: bit = bits, bps = bytes)."""
     m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([kmgt]?)(bit|bps)", bw.strip().lower())
@@ -184,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     hosts, bw = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"]
     default_P = sorted({p for p in (2, 4, 8, 16, 32, 64) if p <= hosts} | {hosts})
     Ps = args.P or (sorted({2, hosts}) if args.quick else default_P)
-    if problem is None and any(not 2 <= p <= hosts for p in Ps):
-        problem = f"--P {' '.join(map(str, Ps))}: the testbed has {hosts} hosts; each P must be in 2..{hosts}"
+    problem = problem or check_hosts(Ps, hosts)
     if problem is None and any(s < 1 for s in sizes):
         problem = "--sizes: must be >= 1"
     if problem:
@@ -213,18 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     rows.sort(key=lambda r: (r["d"], r["P"], ITEMS.index(r["collective"])))
     print("\n".join(table(rows)) + "\n")
     print("\n".join(summary(rows)))
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.out_dir / (f"testbed_{bw}_quick" if args.quick else f"testbed_{bw}")
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"command": " ".join(["bench/testbed_comm.py", *sys.argv[1:]]), "testbed": {"hosts": hosts, "bw": bw},
-         "fit": {k: fit[k] for k in ("alpha", "beta", "fit")}, "machine": machine.describe(), "jobs": jobs,
-         "total_runtime_s": time.perf_counter() - start, "rows": rows}, indent=1) + "\n")
-    print(f"[testbed] wrote {stem.with_suffix('.csv')} and .json ({time.perf_counter() - start:.0f} s)",
-          file=sys.stderr)
+    write_results(stem, rows, COLUMNS, {"testbed": {"hosts": hosts, "bw": bw},
+                                        "fit": {k: fit[k] for k in ("alpha", "beta", "fit")},
+                                        "machine": machine.describe(), "jobs": jobs}, start)
     failed = [j for j in jobs if j["status"] != "ok"]
     for j in failed:
         print(f"FAILED: P={j['P']}: {j['status']}", file=sys.stderr)

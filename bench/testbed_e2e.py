@@ -18,7 +18,6 @@ Printed as a table of median [min-max] over seeds per (P, scheme), written to
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -110,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     env = testbed.testbed_env()
     hosts, bw = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"]
     Ps = args.P or [min(4, hosts)]
-    problem = next((f"--P {p}: the testbed has {hosts} hosts; each P must be in 2..{hosts}" for p in Ps
-                    if not 2 <= p <= hosts), None)
+    problem = testbed.check_hosts(Ps, hosts)
     if problem is None and args.steps < 1:
         problem = f"--steps {args.steps}: must be >= 1"
     if problem is None and not 0 < args.target <= 1:
@@ -134,17 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[e2e] {i}/{len(plan)} P={P} {scheme} seed {seed}: {status}, {time.perf_counter() - t0:.0f} s",
                   file=sys.stderr, flush=True)
     print("\n".join(table(rows, args.target)))
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.out_dir / f"testbed_e2e_{bw}"
     fields = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("bw", "P", "scheme", "seed"), k))
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    stem.with_suffix(".json").write_text(json.dumps({"command": " ".join(["bench/testbed_e2e.py", *sys.argv[1:]]),
-                                                     "testbed": {"hosts": hosts, "bw": bw}, "rows": rows,
-                                                     "total_runtime_s": time.perf_counter() - start}, indent=1) + "\n")
-    print(f"[e2e] wrote {stem.with_suffix('.csv')} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    testbed.write_results(args.out_dir / f"testbed_e2e_{bw}", rows, fields, {"testbed": {"hosts": hosts, "bw": bw}},
+                          start)
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 

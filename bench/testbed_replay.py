@@ -24,7 +24,6 @@ eff_testbed points beside the model and the paper when the CSV is there.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
@@ -92,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     env = testbed.testbed_env()
     hosts, bw = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"]
     Ps = args.P or sorted({2, hosts})
-    problem = next((f"--P {p}: the testbed has {hosts} hosts; each P must be in 2..{hosts}" for p in Ps
-                    if not 2 <= p <= hosts), None)
+    problem = testbed.check_hosts(Ps, hosts)
     if problem is None and not 0 <= args.warmup < args.steps:
         problem = f"--warmup {args.warmup}: must be in 0..{args.steps - 1} (--steps {args.steps})"
     if problem:
@@ -131,18 +129,10 @@ def main(argv: list[str] | None = None) -> int:
                   + (f", comm {row['comm_ms']:.0f} ms (model {row['comm_model_ms']:.0f}), eff {row['eff_testbed']:.3f}"
                      if "comm_ms" in row else "") + f", {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print("\n".join(table(rows)))
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.out_dir / f"testbed_replay_{bw}"
     fields = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("bw", "profile", "P", "scheme"), k))
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"command": " ".join(["bench/testbed_replay.py", *sys.argv[1:]]), "testbed": {"hosts": hosts, "bw": bw},
-         "alpha_s": net.alpha, "beta_s_per_byte": net.beta, "rows": rows,
-         "total_runtime_s": time.perf_counter() - start}, indent=1) + "\n")
-    print(f"[replay] wrote {stem.with_suffix('.csv')} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    testbed.write_results(args.out_dir / f"testbed_replay_{bw}", rows, fields,
+                          {"testbed": {"hosts": hosts, "bw": bw}, "alpha_s": net.alpha, "beta_s_per_byte": net.beta},
+                          start)
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 

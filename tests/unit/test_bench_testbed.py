@@ -3,6 +3,8 @@ tables (model error, physical floor, time to accuracy), pinned against hand comp
 themselves need the testbed and are benchmarks, not tests."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from bench_modules import load
@@ -77,3 +79,28 @@ def test_time_to_target_sums_logged_intervals():
 def test_e2e_cells_say_how_many_seeds_missed():
     assert e2e.cell([1.0, 3.0, None], ".1f") == "2.0 [1.0-3.0] (1 of 3 not reached)"
     assert e2e.cell([None], ".1f") == "not reached"
+
+
+@pytest.mark.parametrize("Ps, hosts, bad", [([2, 4], 4, False), ([4], 4, False), ([1], 4, True), ([2, 8], 4, True)])
+def test_each_P_must_fit_the_testbed(Ps, hosts, bad):
+    problem = testbed.check_hosts(Ps, hosts)
+    assert (problem is not None) == bad
+    if bad:
+        assert problem == f"--P {' '.join(map(str, Ps))}: the testbed has {hosts} hosts; each P must be in 2..{hosts}"
+
+
+def test_results_go_to_csv_and_json_with_the_command(tmp_path, monkeypatch):
+    import csv
+    import json
+    import time
+
+    monkeypatch.setattr(sys, "argv", ["bench/testbed_e2e.py", "--P", "2"])
+    rows = [{"P": 2, "scheme": "dense", "x": 1.5}, {"P": 2, "scheme": "gtopk", "x": 0.25}]
+    testbed.write_results(tmp_path / "out" / "t_1gbit", rows, ["P", "scheme", "x"], {"testbed": {"hosts": 2}},
+                          time.perf_counter())
+    with open(tmp_path / "out" / "t_1gbit.csv") as f:
+        assert [{k: v for k, v in r.items()} for r in csv.DictReader(f)] == \
+            [{"P": "2", "scheme": "dense", "x": "1.5"}, {"P": "2", "scheme": "gtopk", "x": "0.25"}]
+    meta = json.loads((tmp_path / "out" / "t_1gbit.json").read_text())
+    assert meta["command"] == "bench/testbed_e2e.py --P 2" and meta["rows"] == rows
+    assert meta["testbed"] == {"hosts": 2} and meta["total_runtime_s"] >= 0
