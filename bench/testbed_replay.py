@@ -41,6 +41,7 @@ import testbed_e2e as e2e  # noqa: E402
 PROFILES = ("resnet20", "vgg16", "alexnet", "resnet50", "lstm_ptb")
 SCHEMES = e2e.SCHEMES
 TIMES = ("compute", "compress", "comm", "update", "step")
+SPLIT = ("comm_min", "comm_max")   # the least / most any rank spent in the collective: its own cost / with the wait
 
 
 def overrides(profile: str, batch_size: int) -> list[str]:
@@ -50,11 +51,13 @@ def overrides(profile: str, batch_size: int) -> list[str]:
 
 
 def step_medians(records: list[dict[str, Any]], warmup: int) -> dict[str, float]:
-    """Median over the steps after `warmup` of each time/<part>_s, in seconds; ValueError if none is left."""
+    """Median over the steps after `warmup` of each time/<part>_s (TIMES, and SPLIT where every step logged it), in
+    seconds; ValueError if none is left."""
     steps = [r for r in records if "time/step_s" in r and r["step"] > warmup]
     if not steps:
         raise ValueError(f"no logged step after the {warmup} warm-up steps")
-    return {part: statistics.median(r[f"time/{part}_s"] for r in steps) for part in TIMES} | {"n": len(steps)}
+    parts = [*TIMES, *(part for part in SPLIT if all(f"time/{part}_s" in r for r in steps))]
+    return {part: statistics.median(r[f"time/{part}_s"] for r in steps) for part in parts} | {"n": len(steps)}
 
 
 def efficiencies(profile: Any, scheme: str, P: int, measured: dict[str, float], net: Any) -> dict[str, float]:
@@ -122,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                 except (OSError, ValueError) as err:
                     row["status"] = f"unreadable metrics: {err}"
                 else:
-                    row.update({f"{part}_ms": 1e3 * med[part] for part in TIMES}, measured_steps=med["n"])
+                    row.update({f"{part}_ms": 1e3 * med[part] for part in (*TIMES, *SPLIT) if part in med},
+                               measured_steps=med["n"])
                     row.update(efficiencies(prof, scheme, P, med, net))
             rows.append(row)
             print(f"[replay] {i}/{len(plan)} {name} P={P} {scheme}: {row['status']}"

@@ -93,6 +93,16 @@ def test_step_medians_leave_out_the_warmup():
     assert med["n"] == 4 and med["comm"] == pytest.approx(4.5)   # steps 3, 4, 5, 6
     with pytest.raises(ValueError, match="after the 6 warm-up"):
         bench.step_medians(recs, warmup=6)
+    assert "comm_min" not in med                                   # runs from before the split: left out
+
+
+def test_step_medians_split_the_collective_where_every_step_logged_it():
+    recs = [{"step": s, **{f"time/{p}_s": float(s) for p in bench.TIMES},
+             "time/comm_min_s": 0.1 * s, "time/comm_max_s": 2.0 * s} for s in range(1, 6)]
+    med = bench.step_medians(recs, warmup=1)
+    assert med["comm_min"] == pytest.approx(0.35) and med["comm_max"] == pytest.approx(7.0)
+    del recs[-1]["time/comm_min_s"]                              # one step without it: not a median of a subset
+    assert "comm_min" not in bench.step_medians(recs, warmup=1)
 
 
 def test_efficiencies_swap_the_models_comm_for_the_measured_one():

@@ -129,7 +129,7 @@ class Trainer:
         stop = self.stop.signum or 0      # gathered with the metrics: every rank sees every rank's stop request
         rows: list[RankMetrics] = self.world.allgather(
             [RankMetrics(s.loss, s.correct, s.samples, s.compute_s, s.compress_s + settle, count, log.stats.messages,
-                         log.stats.bytes, log.staging_s, stop)
+                         log.stats.bytes, log.staging_s, wall[1], stop)
              for s, settle, count, log in zip(local, settle_s, counts_of([s.payload for s in local]), logs)])
         self.stop_seen = max(m.stop for m in rows)
         P, counts, sent = self.P, [m.count for m in rows], [m.bytes_sent for m in rows]
@@ -144,6 +144,7 @@ class Trainer:
             "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent),
             "comm/messages": max(m.messages for m in rows),
             "time/compute_s": compute_s, "time/compress_s": compress_s, "time/comm_s": wall[1],
+            "time/comm_min_s": min(m.comm_s for m in rows), "time/comm_max_s": max(m.comm_s for m in rows),
             "time/staging_s": max(m.staging_s for m in rows), "time/update_s": wall[2], "time/step_s": sum(wall),
             "time/comm_model_s": comm_model,
             "time/iter_model_s": iter_model,
@@ -301,4 +302,5 @@ class RankMetrics:
     messages: int            # messages and bytes it sent in the collective
     bytes_sent: int
     staging_s: float         # device <-> host copies of the MPI executor
+    comm_s: float            # its own seconds in the collective, from entering to leaving (waits included)
     stop: int                # the signal number of a stop request this rank received (0: none)
