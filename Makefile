@@ -67,7 +67,7 @@ bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench wo
 bench-ddp: $(STAMP)  ## DDP hooks on 2 gloo ranks: allreduce, fp16, PowerSGD, ssgd.ddp gTop-k/Top-k async vs blocking, interleaved (~1.5 min; OUT=dir)
 	$(PY) bench/ddp.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench-selection-contention: $(STAMP)  ## Top-k/Gaussian-k/Random-k/DGC quiet vs a busy core, 1 and 2 threads, d = 25M (~6-8 min; ARGS=--quick ~1; OUT=dir)
+bench-selection-contention: $(STAMP)  ## Top-k/Gaussian-k/Random-k/DGC quiet vs a busy core, 1 and 2 threads, d = 25M (~5-12 min, estimated; ARGS=--quick ~15 s; OUT=dir)
 	$(PY) bench/selection_contention.py --results-dir $(RESULTS_DIR) $(ARGS)
 
 bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~9 min; OUT=dir)
