@@ -85,8 +85,9 @@ def unpack_sparse(buf: Tensor, numel: int) -> Sparse:
 class WireFormat:
     """How the values of a payload travel: `values` = "fp32" (default, lossless), "fp16" or "bf16".
 
-    Indices are int32 in every format (4 bytes); a sparse entry takes `entry_bytes` = 8 (fp32) or 6
-    bytes, a dense element `value_bytes` = 4 or 2. `encode` rounds a payload's values to the format
+    Indices are int32 (4 bytes) unless `narrow_indices` and numel <= 2^16 (uint16, 2 bytes; `pack` /
+    `unpack` only); a sparse int32 entry takes `entry_bytes` = 8 (fp32) or 6 bytes (`entry_bytes_for(numel)`
+    counts narrow ones), a dense element `value_bytes` = 4 or 2. `encode` rounds a payload's values to the format
     (fp32: the payload itself); `pack` / `unpack` put a `Sparse` payload's entries on the wire and back.
     """
 
