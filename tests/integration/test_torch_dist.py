@@ -142,7 +142,8 @@ def test_thread_and_torch_agree_with_narrow_indices(values, tmp_path):
     assert steps == [5, 5, 5]
     assert_same_runs(tmp_path / "thread", tmp_path / "torch", "topk")
     assert_same_runs(tmp_path / "thread", tmp_path / "int32", "topk")
-    d = sum(p.numel() for p in torch.load(tmp_path / "thread" / "checkpoint.pt", weights_only=False)["shared"]["params"])
+    params = torch.load(tmp_path / "thread" / "checkpoint.pt", weights_only=False)["shared"]["params"]
+    d = sum(p.numel() for p in params)
     assert d == 52_650 <= 2**16
     sent = [json.loads((tmp_path / run / "summary.json").read_text())["comm/bytes_sent"] for run in ("thread", "int32")]
     per = {"fp32": (6, 8), "bf16": (4, 6)}[values]          # bytes per entry: uint16 vs int32 indices
