@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence fig-convergence-paper fig-density figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
+.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence fig-convergence-paper fig-density figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench wo
 
 bench-ddp: $(STAMP)  ## DDP hooks on 2 gloo ranks: allreduce, fp16, PowerSGD, ssgd.ddp gTop-k/Top-k async vs blocking, interleaved (~1.5 min; OUT=dir)
 	$(PY) bench/ddp.py --out-dir $(RESULTS_DIR) $(ARGS)
+
+bench-selection-contention: $(STAMP)  ## Top-k/Gaussian-k/Random-k/DGC quiet vs a busy core, 1 and 2 threads, d = 25M (~5-12 min, estimated; ARGS=--quick ~15 s; OUT=dir)
+	$(PY) bench/selection_contention.py --results-dir $(RESULTS_DIR) $(ARGS)
 
 bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~9 min; OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)

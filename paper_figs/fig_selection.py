@@ -23,6 +23,9 @@ Top-k, Random-k send exactly k and are left out). The CSV holds every measured c
 distributions) with the per-round ratio Top-k time / method time (median, min, max) and the noise
 columns; <--results-dir>/selection.json the same rows for bench/summary.py.
 Prints the ratio tables: this is a benchmark, ratios are only comparable within one run.
+Then the contended numbers (issue 23 item 4), when <--results-dir>/selection_contention.csv exists
+(`make bench-selection-contention` writes it; docs/selection-cost.md#selection-under-contention):
+every selector quiet and beside a busy core at 1 and 2 threads, the threads chosen and the speed kept.
 
 Real u (with --runs RUNS; `make fig-selection` trains the runs first, `paper_figs/runs.py --figure
 selection`): every captured snapshot u = g + e (`capture.u_steps`) of the FNN-3 (FNN3) and SmallCNN Top-k
@@ -75,6 +78,18 @@ def _load(name: str, path: Path) -> ModuleType:
 
 bench = _load("bench_selection", ROOT / "bench" / "selection.py")     # puts src/ on sys.path
 from ssgd.compress.sparse import k_of  # noqa: E402
+
+
+
+def contended_report(results_dir: Path) -> str:
+    """The table of bench/selection_contention.py's CSV under `results_dir`, or one line saying how to
+    make it when there is none."""
+    path = Path(results_dir) / "selection_contention.csv"
+    if not path.exists():
+        return f"no contended numbers ({path} missing): make bench-selection-contention writes them"
+    contention = _load("bench_selection_contention", ROOT / "bench" / "selection_contention.py")
+    return f"contended numbers from {path}:\n" + contention.markdown(contention.read_csv(path))
+
 
 REAL_STEM = "fig_selection_real"
 REAL_MODELS = ("FNN3", "SmallCNN")         # FNN-3 and SmallCNN (paper_figs/runs.py: hist_fnn3_*, hist_cnn_*)
@@ -316,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["paper_figs/fig_selection.py", *(sys.argv[1:] if argv is None else argv)])
     rows = bench.run(args, command)
     written = save(plot(rows), out, STEM, COLUMNS, csv_rows(rows))
+    print(contended_report(args.results_dir))
     if args.runs is not None:
         t1 = time.perf_counter()
         noise = bench.harness.noise_from_args(args, quick=args.quick)

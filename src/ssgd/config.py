@@ -169,7 +169,7 @@ WIRE_VALUES = ("fp32", "fp16", "bf16")
 class WireConfig:
     """`compressor.wire:` how payload values travel (ssgd.comm.wire; docs/compressors.md#wire-formats)."""
 
-    values: str = "fp32"                       # fp32 | fp16 | bf16 (indices are int32 in every format)
+    values: str = "fp32"                       # fp32 | fp16 | bf16 (indices: ssgd.comm.wire.index_bytes)
 
     def __post_init__(self) -> None:
         if self.values not in WIRE_VALUES:

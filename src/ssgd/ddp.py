@@ -37,6 +37,11 @@ different order on different ranks. `overlap=False` runs them inside the hook, o
 returns a completed future.
 Either way the bits are the same (tests/integration/test_ddp_hook.py).
 
+**Narrow indices.** With a sparse AllGather scheme (topk, gaussiank, randomk, dgcsampling) a bucket of
+at most 2^16 elements sends uint16 indices, 2 bytes instead of 4 per entry (`narrow_indices=True`, the
+default; `ssgd.comm.wire`); the averaged bucket has the same bits, only the bytes (`stats.bytes_sent`)
+differ. The gTop-k tree keeps int32 indices (its merge takes int32), as does the trainer.
+
 Residuals, compressors and their random streams belong to a bucket's set of parameters; when DDP
 rebuilds its buckets, each parameter's residual moves to its new bucket (the memory's state is indexed
 by coordinate), so nothing is lost. The bucket that holds the model's first parameter uses the trainer's
@@ -49,6 +54,7 @@ Cheung, See, "Understanding Top-k Sparsification in Distributed Deep Learning" (
 """
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -253,7 +259,7 @@ HALF_VALUES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 def hook_state(model: nn.Module, compressor: str = "gtopk", density: float | None = None, *, seed: int = 0,
                process_group: dist.ProcessGroup | None = None, overlap: bool = True,
-               values: str | None = None) -> SparseHook:
+               values: str | None = None, narrow_indices: bool = True) -> SparseHook:
     """The state of the hook for `model` (a DistributedDataParallel model or the module it wraps), to pass
     with `sparse_hook` to `model.register_comm_hook(state, sparse_hook)`, as PyTorch's hooks take theirs.
 
@@ -266,8 +272,9 @@ def hook_state(model: nn.Module, compressor: str = "gtopk", density: float | Non
     `new_group` requires); False: inside the hook, on `process_group`. `values`: the wire format of the
     values (fp32, fp16, bf16; docs/compressors.md#wire-formats); None: the file's `wire.values`, or, when the
     file sets none, the model's own precision for a model whose trainable parameters are all bf16 (or all
-    fp16), so a bf16 model sends bf16 values, else fp32. ValueError for an unknown scheme or a density
-    outside (0, 1]."""
+    fp16), so a bf16 model sends bf16 values, else fp32. `narrow_indices`: a bucket of at most 2^16
+    elements sends uint16 indices when the scheme's collective takes `narrow_indices` (the sparse
+    AllGather; module docstring). ValueError for an unknown scheme or a density outside (0, 1]."""
     config = compressor_config(compressor)
     params = [p for p in model.parameters() if p.requires_grad]
     dtypes = {p.dtype for p in params}
@@ -276,6 +283,9 @@ def hook_state(model: nn.Module, compressor: str = "gtopk", density: float | Non
     if values is not None:
         OmegaConf.update(config, "wire.values", values, force_add=True)
     scheme = Scheme.from_config(config, seed)
+    if narrow_indices and "narrow_indices" in inspect.signature(type(scheme.collective)).parameters:
+        OmegaConf.update(config, "collective.narrow_indices", True, force_add=True)
+        scheme = Scheme.from_config(config, seed)
     rho = check_density(scheme.density.density if density is None else density)
     if overlap:       # the thread's own group: its collectives never interleave with DDP's own on `process_group`
         process_group = dist.new_group(dist.get_process_group_ranks(process_group or dist.group.WORLD))
@@ -294,10 +304,10 @@ sparse_hook.__annotations__ = {"state": SparseHook, "bucket": dist.GradBucket,
 
 def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtopk", density: float | None = None,
              *, seed: int = 0, process_group: dist.ProcessGroup | None = None, overlap: bool = True,
-             values: str | None = None) -> SparseHook:
+             values: str | None = None, narrow_indices: bool = True) -> SparseHook:
     """Run scheme `compressor` on every gradient bucket of `model` (module docstring): builds
     `hook_state(model, ...)` (same arguments), registers it with `sparse_hook`, and returns the state."""
     state = hook_state(model, compressor, density, seed=seed, process_group=process_group, overlap=overlap,
-                       values=values)
+                       values=values, narrow_indices=narrow_indices)
     model.register_comm_hook(state, sparse_hook)
     return state

@@ -102,7 +102,7 @@ def test_an_error_on_the_communication_thread_reaches_backward():
         assert "bucket refused" in text and text.endswith("| calls 1"), text
 
 
-def bf16_model_step(rank: int, P: int, values) -> dict:
+def bf16_model_step(rank: int, P: int, values, narrow=None) -> dict:
     """One DDP step of a bf16 MLP (d = 1,560) with the topk hook at density 0.1 (k = 156)."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -111,17 +111,22 @@ def bf16_model_step(rank: int, P: int, values) -> dict:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(20, 50), torch.nn.ReLU(), torch.nn.Linear(50, 10)).to(torch.bfloat16)
     ddp = DistributedDataParallel(model, bucket_cap_mb=100)
-    hook = ssgd.ddp.register(ddp, compressor="topk", density=0.1, seed=0, values=values)
+    extra = {} if narrow is None else {"narrow_indices": narrow}
+    hook = ssgd.ddp.register(ddp, compressor="topk", density=0.1, seed=0, values=values, **extra)
     x = torch.randn(8, 20, generator=torch.Generator().manual_seed(rank)).to(torch.bfloat16)
     ddp(x).float().pow(2).mean().backward()
     return {"bytes": hook.stats.bytes_sent, "entries": hook.stats.entries, "wire": hook.scheme.collective.wire.values,
             "grads": [p.grad.float().numpy() for p in model.parameters()]}
 
 
-@pytest.mark.parametrize("values, wire, entry_bytes", [(None, "bf16", 6), ("fp32", "fp32", 8)])
-def test_a_bf16_model_sends_bf16_values(values, wire, entry_bytes):
-    """A bf16 model's hook sends 6-byte entries unless told fp32; the ranks agree on the averaged gradient."""
-    out = run_ranks(2, bf16_model_step, (values,), timeout=120)
+@pytest.mark.parametrize("values, narrow, wire, entry_bytes", [
+    (None, False, "bf16", 6), ("fp32", False, "fp32", 8),     # int32 indices
+    (None, None, "bf16", 4), ("fp32", None, "fp32", 6),       # the default: uint16 indices (d = 1,560 <= 2^16)
+])
+def test_a_bf16_model_sends_bf16_values(values, narrow, wire, entry_bytes):
+    """A bf16 model's hook sends bf16 values unless told fp32, with 2-byte indices by default (the bucket
+    has d = 1,560 <= 2^16 elements); the ranks agree on the averaged gradient."""
+    out = run_ranks(2, bf16_model_step, (values, narrow), timeout=120)
     for r in out:
         assert r["wire"] == wire and r["entries"] == 156
         assert r["bytes"] == entry_bytes * 156                  # P = 2: one block to the other rank

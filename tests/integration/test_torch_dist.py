@@ -129,6 +129,27 @@ def test_thread_and_torch_agree_with_16bit_wire_values(compressor, values, tmp_p
     assert_same_runs(tmp_path / "thread", tmp_path / "torch", compressor)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("values", ["fp32", "bf16"])
+def test_thread_and_torch_agree_with_narrow_indices(values, tmp_path):
+    """uint16 indices (`compressor.collective.narrow_indices`, the DDP hook's default) on a model of
+    d = 52,650 <= 2^16: thread == torch bitwise, and both equal the int32-index thread run."""
+    overrides = ["compressor=topk", f"compressor.wire.values={values}", *EQUIV, "model.hidden=[64,32]"]
+    narrow = [*overrides, "+compressor.collective.narrow_indices=true"]
+    _train_thread([*narrow, "backend=thread"], tmp_path / "thread")
+    _train_thread([*overrides, "backend=thread"], tmp_path / "int32")
+    steps = run_ranks(3, _train_torch_rank, ([*narrow, "backend=torch"], str(tmp_path / "torch")), timeout=120)
+    assert steps == [5, 5, 5]
+    assert_same_runs(tmp_path / "thread", tmp_path / "torch", "topk")
+    assert_same_runs(tmp_path / "thread", tmp_path / "int32", "topk")
+    params = torch.load(tmp_path / "thread" / "checkpoint.pt", weights_only=False)["shared"]["params"]
+    d = sum(p.numel() for p in params)
+    assert d == 52_650 <= 2**16
+    sent = [json.loads((tmp_path / run / "summary.json").read_text())["comm/bytes_sent"] for run in ("thread", "int32")]
+    per = {"fp32": (6, 8), "bf16": (4, 6)}[values]          # bytes per entry: uint16 vs int32 indices
+    assert sent[0] * per[1] == sent[1] * per[0] > 0
+
+
 # -- launching, as a user does -----------------------------------------------------------------------
 def train(run_dir: Path, *overrides: str, timeout: int = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_SILENT": "true"}

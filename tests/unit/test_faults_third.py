@@ -105,6 +105,21 @@ def test_resuming_with_another_optimizer_is_refused_naming_both(tmp_path, ckpt):
     assert "trainer.resume_changes=[optimizer.lr] allows the change" in str(err.value)
 
 
+def test_resuming_with_another_wire_format_is_refused_naming_both(tmp_path, ckpt):
+    """The checkpoint's fixture ran with the default compressor.wire.values=fp32."""
+    with pytest.raises(ConfigError) as err:
+        start(tmp_path / "b", "compressor.wire.values=fp16", f"trainer.resume={ckpt}")
+    line = str(err.value)
+    assert "\n" not in line
+    assert "written by a run with compressor.wire.values=fp32; this run has compressor.wire.values=fp16" in line
+    assert "trainer.resume_changes=[compressor.wire.values] allows the change" in line
+    trainer = start(tmp_path / "c", "compressor.wire.values=bf16", f"trainer.resume={ckpt}",
+                    "trainer.resume_changes=[compressor.wire.values]")
+    assert trainer.step_count == 2
+    rows = [json.loads(line) for line in (tmp_path / "c" / RESUMES).read_text().splitlines()]
+    assert rows == [{"step": 2, "key": "compressor.wire.values", "old": "fp32", "new": "bf16"}]
+
+
 def test_an_allowed_change_is_recorded_in_the_run(tmp_path, ckpt):
     run = tmp_path / "a"
     fit(run, "trainer.max_steps=2", "trainer.checkpoint_every_steps=2")

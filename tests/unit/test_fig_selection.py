@@ -198,3 +198,15 @@ def test_make_figs_and_runs_py_feed_the_real_u_part(tmp_path):
     assert names.index("runs") < names.index("fig_selection") and argv[-2:] == ["--runs", str(tmp_path / "r")]
     assert sorted(j.name for j in runs_py.plan("full", runs_py.load_figures()) if "selection" in j.figures) == [
         "hist_cnn_d0.001", "hist_fnn3_d0.001"]
+
+
+def test_reports_the_contended_numbers_when_the_bench_wrote_them(tmp_path):
+    fig = load_fig_selection()
+    assert "make bench-selection-contention writes them" in fig.contended_report(tmp_path)
+    contention = fig._load("bench_selection_contention", fig.ROOT / "bench" / "selection_contention.py")
+    cells = [contention.Cell(load, t, m, 1000, 3, ms, ms, ms, 0.0, False) for m in ("topk", "gaussiank")
+             for (load, t), ms in {("quiet", 1): 4.0, ("quiet", 2): 3.0, ("busy", 1): 5.0, ("busy", 2): 8.0}.items()]
+    contention.write_csv(cells, tmp_path / contention.CSV_NAME)
+    report = fig.contended_report(tmp_path)
+    rows = [line for line in report.splitlines() if line.startswith(("| topk", "| gaussiank"))]
+    assert len(rows) == 2 and all(r.endswith("| 1 | 0.80 |") for r in rows)     # busy: 1 thread, 4 / 5 kept

@@ -376,3 +376,55 @@ def test_the_iteration_model_times_dense16_as_two_byte_elements():
     assert dense16.collective.wire.values == "bf16" and dense.collective.wire.values == "fp32"
     assert dense16.collective.model_seconds(NET, 4, 10_000, [10_000] * 4) == cost.allreduce_seconds(NET, 4, 10_000, 2)
     assert dense.collective.model_seconds(NET, 4, 10_000, [10_000] * 4) == cost.allreduce_seconds(NET, 4, 10_000, 4)
+
+
+# --- narrow (uint16) indices, numel <= 2^16 (issue 23 item 2) -----------------------------------------
+@pytest.mark.parametrize("values", ["fp32", *HALF])
+@pytest.mark.parametrize("d, index_bytes", [(65536, 2), (65537, 4), (1000, 2)])
+def test_narrow_indices_round_trip_at_the_boundary(values, d, index_bytes):
+    """numel = 2^16 is the largest whose indices (0 .. 65535) fit uint16; 2^16 + 1 keeps int32. The
+    decoded payload equals the int32 format's, bit for bit, at the extreme indices too."""
+    narrow, plain = WireFormat(values, narrow_indices=True), WireFormat(values)
+    rng = np.random.default_rng(d)
+    idx = sorted({0, d - 1, 32767, 32768, *map(int, rng.choice(d, 29, replace=False))})
+    s = sparse_of({i: F32(v) for i, v in zip(idx, rng.standard_normal(len(idx)))}, d, narrow)
+    assert narrow.entry_bytes_for(d) == index_bytes + plain.value_bytes
+    buf = narrow.pack(s)
+    assert buf.numel() * buf.element_size() == narrow.entry_bytes_for(d) * len(idx)
+    shifted = [torch.cat([torch.zeros(1, dtype=torch.uint8), buf])[1:]] if buf.dtype == torch.uint8 else []
+    for b in (buf, *shifted):                            # a block of an allgather may start anywhere
+        back, want = narrow.unpack(b, d), plain.unpack(plain.pack(s), d)
+        assert back.idx.tolist() == idx == want.idx.tolist() and back.idx.dtype == torch.int64
+        np.testing.assert_array_equal(f32_bits(back.val.numpy()), f32_bits(want.val.numpy()))
+
+
+def test_index_bytes_is_two_only_when_asked_and_in_range():
+    from ssgd.comm.wire import index_bytes
+    assert [index_bytes(n, True) for n in (1, 65536, 65537, 2**31 - 1)] == [2, 2, 4, 4]
+    assert [index_bytes(n) for n in (1, 65536, 65537)] == [4, 4, 4]
+    assert [WireFormat(v, True).entry_bytes_for(100) for v in ("fp32", "fp16", "bf16")] == [6, 4, 4]
+    with pytest.raises(BadArgument):
+        WireFormat("fp32", narrow_indices="yes")
+
+
+@pytest.mark.parametrize("values", ["fp32", *HALF])
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("d", [65536, 65537])
+def test_allgather_with_narrow_indices_has_the_same_bits_and_counts_its_bytes(values, P, d):
+    """The narrow AllGather's totals equal the int32 one's bitwise; its bytes and its cost model count
+    entry_bytes_for(d) per entry (6 / 4 below 2^16 + 1, 8 / 6 above)."""
+    wire = WireFormat(values)
+    rng = np.random.default_rng(P + d)
+    entries = [{int(i): F32(v) for i, v in zip(rng.choice(d, n, replace=False), rng.standard_normal(n))}
+               for n in (17, 40, 3)[:P]]                                  # odd counts: unaligned blocks
+    payloads = [sparse_of(e, d, wire) for e in entries]
+    narrow = SparseAllgather(values, narrow_indices=True)
+    got, logs = run_threads(narrow, payloads, net=NET)
+    want, _ = run_threads(SparseAllgather(values), payloads, net=NET)
+    per = (2 if d <= 65536 else 4) + wire.value_bytes                     # written out, not the function
+    counts = [len(e) for e in entries]
+    for r in range(P):
+        np.testing.assert_array_equal(f32_bits(got[r].total.to_dense().numpy()),
+                                      f32_bits(want[r].total.to_dense().numpy()))
+        assert (logs[r].stats.messages, logs[r].stats.bytes) == cost.allgatherv_sent(r, [per * c for c in counts])
+    assert narrow.model_seconds(NET, P, d, counts) == pytest.approx(cost.allgatherv_seconds(NET, [per * c for c in counts]))

@@ -27,13 +27,15 @@ class SparseAllgather(Collective):
     """Sum of every rank's sparse payload; each rank's whole payload counts as sent.
 
     values: the wire format of the values, "fp32" (default), "fp16" or "bf16" (module docstring).
+    narrow_indices: uint16 indices for a vector of numel <= 2^16 (`ssgd.comm.wire`; the DDP hook's
+    default for its buckets, `ssgd.ddp`); False: int32 indices always, as in the papers' byte counts.
     """
 
     name = "sparse_allgather"
     max_numel = MAX_NUMEL
 
-    def __init__(self, values: str = "fp32") -> None:
-        self.wire = WireFormat(values)
+    def __init__(self, values: str = "fp32", narrow_indices: bool = False) -> None:
+        self.wire = WireFormat(values, narrow_indices)
 
     def program(self, rank: int, P: int, payload: Payload) -> Program:
         if not isinstance(payload, Sparse):
@@ -43,4 +45,4 @@ class SparseAllgather(Collective):
         return Reduced(total, P)
 
     def model_seconds(self, net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
-        return cost.sparse_allgather_seconds(net, counts, self.wire.entry_bytes)
+        return cost.sparse_allgather_seconds(net, counts, self.wire.entry_bytes_for(d))

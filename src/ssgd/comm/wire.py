@@ -15,6 +15,15 @@ rounded ONCE, on the sending rank, by `WireFormat.encode` (round to nearest even
 +-65504 instead of overflowing to infinity); the payload then carries the 16-bit values themselves,
 so that the error-feedback memory subtracts exactly what was sent (`ssgd.payload.Sparse.subtract_from`)
 and keeps the rounding error. The fp32 format is the int32 [2n] above, unchanged.
+
+Narrow indices (`WireFormat(narrow_indices=True)`, issue 23 item 2): a vector of numel <= 2^16
+(`NARROW_NUMEL`) has indices 0 .. 65535, which fit uint16, so `pack` sends 2 bytes per index instead
+of 4: one uint8 tensor of the n uint16 indices' bytes and then the n values' bytes (4 + 2 = 6 bytes
+per fp32 entry, 2 + 2 = 4 per fp16 / bf16 entry). `unpack` decodes the same int64 indices, so the
+result is the same bits. Longer vectors keep int32 indices. `index_bytes` is the one place the
+index width is decided; the cost model and the byte counts follow it. Only `pack` / `unpack` (the
+sparse AllGather, which knows numel) narrow; the gTop-k tree's `pack_entries` / `unpack_raw` keep
+int32, since its C merge (`ssgd.comm.native`) takes int32 indices.
 """
 from __future__ import annotations
 
@@ -29,6 +38,14 @@ from ssgd.payload import Dense, Payload, Sparse
 MAX_NUMEL = 2**31 - 1   # indices travel as int32
 VALUE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 INDEX_BYTES = 4
+NARROW_NUMEL = 2**16    # indices 0 .. 2^16 - 1 fit uint16
+NARROW_INDEX_BYTES = 2
+
+
+def index_bytes(numel: int, narrow: bool = False) -> int:
+    """Bytes of one index of a sparse payload of a `numel`-vector on the wire: 2 (uint16) when `narrow`
+    and numel <= 2^16, else 4 (int32)."""
+    return NARROW_INDEX_BYTES if narrow and numel <= NARROW_NUMEL else INDEX_BYTES
 
 
 def check_numel(numel: int, what: str = "sparse payload") -> None:
@@ -68,14 +85,18 @@ def unpack_sparse(buf: Tensor, numel: int) -> Sparse:
 class WireFormat:
     """How the values of a payload travel: `values` = "fp32" (default, lossless), "fp16" or "bf16".
 
-    Indices are int32 in every format (4 bytes); a sparse entry takes `entry_bytes` = 8 (fp32) or 6
-    bytes, a dense element `value_bytes` = 4 or 2. `encode` rounds a payload's values to the format
+    Indices are int32 (4 bytes) unless `narrow_indices` and numel <= 2^16 (uint16, 2 bytes; `pack` /
+    `unpack` only); a sparse int32 entry takes `entry_bytes` = 8 (fp32) or 6 bytes (`entry_bytes_for(numel)`
+    counts narrow ones), a dense element `value_bytes` = 4 or 2. `encode` rounds a payload's values to the format
     (fp32: the payload itself); `pack` / `unpack` put a `Sparse` payload's entries on the wire and back.
     """
 
     values: str = "fp32"
+    narrow_indices: bool = False     # uint16 indices for vectors of numel <= 2^16 (module docstring)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.narrow_indices, bool):
+            raise BadArgument("narrow_indices", self.narrow_indices, "allowed: true, false")
         if self.values not in VALUE_DTYPES:
             raise BadArgument("values", self.values, f"allowed: {', '.join(VALUE_DTYPES)}")
 
@@ -95,6 +116,15 @@ class WireFormat:
     def entry_bytes(self) -> int:
         """Bytes of one sparse (index, value) entry on the wire: 8 for fp32, 6 for fp16 / bf16."""
         return INDEX_BYTES + self.value_bytes
+
+    def entry_bytes_for(self, numel: int) -> int:
+        """Bytes of one entry of a sparse payload of a `numel`-vector as `pack` sends it:
+        `index_bytes(numel, narrow_indices)` + `value_bytes` (8 / 6, or 6 / 4 with narrow indices)."""
+        return index_bytes(numel, self.narrow_indices) + self.value_bytes
+
+    def narrow_for(self, numel: int) -> bool:
+        """Whether `pack` sends uint16 indices for a `numel`-vector."""
+        return index_bytes(numel, self.narrow_indices) == NARROW_INDEX_BYTES
 
     def round(self, values: Tensor) -> Tensor:
         """`values` (float32) in this format's dtype, to nearest even; fp16 saturates at its largest
@@ -138,6 +168,8 @@ class WireFormat:
     def pack(self, s: Sparse, out: Tensor | None = None) -> Tensor:
         """`s` on the wire (into `out`, a `message(len(s))` buffer, when given). ValueError when
         s.numel > MAX_NUMEL; TypeError when s.val is not in this format's dtype (16-bit formats)."""
+        if self.narrow_for(s.numel):
+            return self._pack_narrow(s, out)
         if not self.lossy:
             return pack_sparse(s, out)
         check_numel(s.numel)
@@ -171,10 +203,34 @@ class WireFormat:
         """The `Sparse` a wire buffer carries, indices int64 and values decoded to float32 (exactly:
         every fp16 / bf16 number is a float32 number). For fp32 the values are a view of `buf`
         (`unpack_sparse`); for 16-bit formats new tensors."""
+        if self.narrow_for(numel):
+            return self._unpack_narrow(buf, numel)
         if not self.lossy:
             return unpack_sparse(buf, numel)
         idx, val = self.unpack_raw(buf)
         return Sparse(idx.to(torch.int64), val.to(torch.float32), numel)
+
+    def _pack_narrow(self, s: Sparse, out: Tensor | None) -> Tensor:
+        """uint8 [(2 + value_bytes) n]: the n uint16 indices' bytes, then the n values' bytes."""
+        n, per = len(s), self.entry_bytes_for(s.numel)
+        if self.lossy:
+            self.check(s.val, "pack")
+        if out is None:
+            out = torch.empty(per * n, dtype=torch.uint8, device=s.idx.device)
+        elif out.dtype != torch.uint8 or out.shape != (per * n,):
+            raise ValueError(f"pack: out must be uint8 [{per * n}], got {out.dtype} {tuple(out.shape)}")
+        cut = NARROW_INDEX_BYTES * n        # the values may start off their alignment: copy bytes
+        out[:cut].copy_(s.idx.to(torch.uint16).view(torch.uint8))
+        out[cut:].copy_(s.val.to(self.dtype).contiguous().view(torch.uint8))
+        return out
+
+    def _unpack_narrow(self, buf: Tensor, numel: int) -> Sparse:
+        """Inverse of `_pack_narrow`: new int64 indices and float32 values."""
+        n = buf.numel() // self.entry_bytes_for(numel)
+        head, tail = buf[:NARROW_INDEX_BYTES * n], buf[NARROW_INDEX_BYTES * n:]
+        if tail.storage_offset() % self.value_bytes or head.storage_offset() % NARROW_INDEX_BYTES:
+            head, tail = head.clone(), tail.clone()     # a block of an allgather may start anywhere
+        return Sparse(head.view(torch.uint16).to(torch.int64), tail.view(self.dtype).to(torch.float32), numel)
 
 
 FP32 = WireFormat()

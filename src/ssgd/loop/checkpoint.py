@@ -178,6 +178,7 @@ def check_fits(shared: dict, path: Path, identity: dict[str, Any], d: int, weigh
 def record_changes(run_dir: Path, changes: list[dict[str, Any]]) -> None:
     """Append each allowed change of a resume to run_dir/resumes.jsonl (one JSON line each)."""
     if changes:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)    # a resume into a new run directory
         with (Path(run_dir) / RESUMES).open("a") as f:
             for change in changes:
                 f.write(json.dumps(change) + "\n")

@@ -98,7 +98,8 @@ class Scheme:
         with the rule off. The same on every rank (it depends on d and the density only)."""
         if self.dense is None or self.min_compression <= 0:
             return False
-        return self.wire.value_bytes * d < self.min_compression * self.wire.entry_bytes * k_of(d, density)
+        wire = getattr(self.collective, "wire", self.wire)     # the collective's own (narrow indices)
+        return wire.value_bytes * d < self.min_compression * wire.entry_bytes_for(d) * k_of(d, density)
 
     def collective_for(self, d: int, density: float) -> Collective:
         """The collective a d-vector at `density` goes through: `dense` when it `goes_dense`, else

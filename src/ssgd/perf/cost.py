@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from ssgd.perf.alphabeta import AlphaBeta
 
 ELEMENT_BYTES = 4          # float32 values and int32 indices
-SPARSE_ENTRY_BYTES = 8     # one (int32 index, float32 value) pair on the wire
+SPARSE_ENTRY_BYTES = 8     # one (int32 index, float32 value) pair on the wire (narrower: ssgd.comm.wire.index_bytes)
 HALF_ENTRY_BYTES = 6       # one (int32 index, fp16 / bf16 value) pair (`compressor.wire.values=fp16|bf16`)
 
 

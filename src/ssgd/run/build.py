@@ -220,8 +220,10 @@ def parameter_count(cfg: DictConfig, data_spec: DataSpec) -> int | None:
 # -- the run's objects -----------------------------------------------------------------------------
 def identity(c: Config, data: TensorData, optimizer: DictConfig | None = None) -> dict:
     """What a checkpoint must share with the run that continues it (`ssgd.loop.checkpoint.check_fits`):
-    the scheme, seed, P, batch size, dataset, and the optimizer's class and hyper-parameters."""
+    the scheme, its wire format (`compressor.wire.values`: the values the residual keeps follow its rounding),
+    seed, P, batch size, dataset, and the optimizer's class and hyper-parameters."""
     ident = {"compressor": c.compressor.name, "compressor.density": c.compressor.density,
+             "compressor.wire.values": c.compressor.wire.values,
              "compressor.density_warmup": list(c.compressor.density_warmup), "seed": c.seed,
              "cluster.world_size": c.cluster.world_size, "trainer.batch_size": c.trainer.batch_size,
              "dataset": data.spec.name}
