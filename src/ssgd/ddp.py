@@ -35,7 +35,9 @@ collectives of its own on the model's group meanwhile (with `find_unused_paramet
 used-parameter map at the end of backward), and two threads posting on one group could post them in a
 different order on different ranks. `overlap=False` runs them inside the hook, on the model's group, and
 returns a completed future.
-Either way the bits are the same (tests/integration/test_ddp_hook.py).
+Either way the bits are the same (tests/integration/test_ddp_hook.py). `close()` stops the thread; a
+script that never calls it is covered by an atexit handler, which stops it before the interpreter
+tears torch down.
 
 **Narrow indices.** With a sparse AllGather scheme (topk, gaussiank, randomk, dgcsampling) a bucket of
 at most 2^16 elements sends uint16 indices, 2 bytes instead of 4 per entry (`narrow_indices=True`, the
@@ -54,9 +56,12 @@ Cheung, See, "Understanding Top-k Sparsification in Distributed Deep Learning" (
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import inspect
 import queue
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -126,6 +131,7 @@ class SparseHook:
         self.threads = torch.get_num_threads()          # the thread's intra-op threads: the caller's (same bits)
         self._queue: queue.SimpleQueue | None = None
         self._thread: threading.Thread | None = None
+        self._at_exit: functools.partial | None = None    # registered with atexit while the thread runs
 
     # -- one bucket ------------------------------------------------------------------------------
     def __call__(self, bucket: dist.GradBucket) -> torch.futures.Future:
@@ -148,6 +154,11 @@ class SparseHook:
             self._thread = threading.Thread(target=self._serve, args=(self._queue,), name="ssgd-ddp-comm",
                                             daemon=True)
             self._thread.start()
+            # Closed before the interpreter finalizes: a daemon thread still waiting on its queue while torch's
+            # process groups are torn down aborted one exit in three ("terminate called without an active
+            # exception", status 134) in a script that never called close().
+            self._at_exit = functools.partial(_close_live, weakref.ref(self))
+            atexit.register(self._at_exit)
         return self._queue
 
     def _serve(self, jobs: queue.SimpleQueue) -> None:
@@ -207,6 +218,9 @@ class SparseHook:
             self._queue.put(None)
             self._thread.join()
         self._thread = None
+        if self._at_exit is not None:
+            atexit.unregister(self._at_exit)
+            self._at_exit = None
 
     def _count(self, entries: int, elements: int, log) -> None:
         s = self.stats
@@ -255,6 +269,13 @@ class SparseHook:
 
 
 HALF_VALUES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _close_live(ref: weakref.ReferenceType) -> None:
+    """atexit: close the hook's communication thread if the hook is still alive."""
+    hook = ref()
+    if hook is not None:
+        hook.close()
 
 
 def hook_state(model: nn.Module, compressor: str = "gtopk", density: float | None = None, *, seed: int = 0,

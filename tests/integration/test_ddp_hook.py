@@ -164,3 +164,28 @@ def test_relayout_moves_each_parameters_residual_to_its_new_bucket():
     head = hook._new_bucket((0, 1), torch.device("cpu"))
     assert torch.equal(head.sync.memory.state_dict()["e"], torch.tensor([0.0, 1, 2, 3, 4]))
     assert set(hook.buckets) == {(2,), (0, 1)}
+
+
+EXIT_SCRIPT = """
+import atexit, threading
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+import ssgd.ddp
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(50, 4))
+state = ssgd.ddp.register(model, compressor="gtopk", density=0.1)
+model(torch.randn(8, 50)).sum().backward()
+alive = lambda: [t.name for t in threading.enumerate() if t.name == "ssgd-ddp-comm"]
+assert alive() == ["ssgd-ddp-comm"], alive()
+atexit._run_exitfuncs()      # what the interpreter runs first at exit
+assert alive() == [], alive()
+print("closed")
+"""
+
+
+def test_the_communication_thread_is_closed_at_exit_without_close():
+    """A script that never calls close(): the hook's atexit handler stops its thread before the interpreter
+    tears torch down (left running, about one exit in three aborted with "terminate called without an
+    active exception", status 134)."""
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert (proc.returncode, proc.stdout.strip()) == (0, "closed"), proc.stderr[-3000:]
