@@ -103,6 +103,33 @@ def test_a_requeued_job_is_accepted_into_its_own_run_directory(tmp_path):
     assert (run / "worker_config.yaml").is_file()
 
 
+def train(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "src" / "train.py"), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180, env={**clean, **env})
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
+def test_a_restarted_slurm_job_resumes_without_being_told(tmp_path, multirun):
+    """SLURM_RESTART_COUNT > 0 and trainer.resume unset (a submitit_slurm point, or a user's own sbatch script,
+    started again by a requeue): the job continues the checkpoint in its folder; here the first start
+    finished, so the second says so and changes nothing. Without the restart count the folder is refused."""
+    where = [f"hydra.sweep.dir={tmp_path / 'sweep'}", "-m"] if multirun else [f"hydra.run.dir={tmp_path / 'run'}"]
+    args = ["trainer.max_steps=2", "trainer.checkpoint_every_steps=2", "wandb.mode=disabled", "cluster.world_size=2",
+            "trainer.progress=false", *where]
+    first = train(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    summary = next(tmp_path.rglob("summary.json"))
+    before = summary.read_bytes()
+    refused = train(*args)
+    assert refused.returncode == 2 and "trainer.resume=auto" in refused.stderr, refused.stderr[-2000:]
+    again = train(*args, SLURM_RESTART_COUNT="1")
+    assert again.returncode == 0, again.stderr[-2000:]
+    out = again.stdout + again.stderr
+    assert "SLURM restart 1 of this job: trainer.resume=auto" in out and "already finished at step 2" in out, out
+    assert summary.read_bytes() == before
+
+
 @pytest.mark.parametrize("script", SBATCH, ids=lambda p: p.name)
 def test_the_examples_ask_for_a_signal_before_the_kill_and_a_requeue(script):
     text = script.read_text()

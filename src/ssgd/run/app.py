@@ -136,6 +136,11 @@ def main(cfg: DictConfig) -> float | PointFailed:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     phases = PHASES.get("run") or Phases()
     phases.mark("compose")
+    resume = ssgd.run.rundir.restart_resume(cfg.trainer.resume)
+    if resume != cfg.trainer.resume:
+        log.info(f"SLURM restart {ssgd.run.rundir.restart_count()} of this job: trainer.resume=auto "
+                 f"(continuing from {run_dir / 'checkpoint.pt'} if the first start wrote one)")
+        cfg.trainer.resume = resume
     try:
         return run(cfg, run_dir, phases)
     except (ConfigError, RunEnded) as err:

@@ -22,6 +22,11 @@ A sweep lands in one folder whichever launcher runs its points: the default `hyd
 in the environment (`SWEEP_DIR_ENV`), which every job process inherits (submitit_local's subprocesses,
 submitit_slurm's sbatch jobs, which export the submitting environment); a job process that composes the
 sweep config again then gets that folder, not one with its own time and suffix.
+
+A requeued or preempted SLURM job (`SLURM_RESTART_COUNT` > 0) that left `trainer.resume` unset resumes:
+`restart_resume` makes it `auto`, here for the folder check and in the app for the run itself, so a
+`submitit_slurm` sweep point that SLURM (or submitit, on preemption) starts again continues its own
+checkpoint instead of being refused for the folder it wrote the first time.
 """
 from __future__ import annotations
 
@@ -70,6 +75,20 @@ def sweep_dir(default: str) -> str:
 OmegaConf.register_new_resolver("ssgd_unique", unique, replace=True)
 OmegaConf.register_new_resolver("ssgd_sweep_dir", sweep_dir, replace=True)
 OmegaConf.register_new_resolver("ssgd_dirname", dirname, replace=True)
+
+
+RESTART_ENV = "SLURM_RESTART_COUNT"  # how many times SLURM has started this job again (requeue, preemption)
+
+
+def restart_count(env: dict[str, str] | os._Environ = os.environ) -> int:
+    """SLURM_RESTART_COUNT as a number (0 when unset or not a number)."""
+    value = env.get(RESTART_ENV, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def restart_resume(resume: str | None, env: dict[str, str] | os._Environ = os.environ) -> str | None:
+    """`trainer.resume` for this process: `auto` in a restarted SLURM job that left it unset, else `resume`."""
+    return "auto" if resume is None and restart_count(env) > 0 else resume
 
 
 def occupied(run_dir: Path) -> list[str]:
@@ -246,7 +265,7 @@ class RunDirectory(Callback):
     """Checks the run directory (a run) or the sweep directory (a multirun) before Hydra writes to it."""
 
     def _check(self, config: DictConfig, key: str, take: bool = False) -> None:
-        resume = OmegaConf.select(config, "trainer.resume")
+        resume = restart_resume(OmegaConf.select(config, "trainer.resume"))
         weights_only = bool(OmegaConf.select(config, "trainer.resume_weights_only", default=False))
         path = Path(str(OmegaConf.select(config, key)))
         try:
