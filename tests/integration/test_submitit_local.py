@@ -15,14 +15,18 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_submitit_local_sweep_writes_both_runs(tmp_path):
-    """The default hydra.sweep.dir (no override): both job processes write into the one sweep folder."""
+def run_sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_SILENT": "true",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m", "hydra/launcher=submitit_local",
-                           "hydra.launcher.timeout_min=5", "compressor=topk,gtopk",
+    return subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "-m", "hydra/launcher=submitit_local",
+                           "hydra.launcher.timeout_min=5", *overrides,
                            "trainer.max_steps=3", "wandb.mode=disabled", "trainer.progress=false"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+
+
+def test_submitit_local_sweep_writes_both_runs(tmp_path):
+    """The default hydra.sweep.dir (no override): both job processes write into the one sweep folder."""
+    proc = run_sweep(tmp_path, "compressor=topk,gtopk")
     assert proc.returncode == 0, proc.stderr[-3000:]
     sweeps = sorted((tmp_path / "multirun").glob("*/*"))
     assert len(sweeps) == 1, sweeps        # one sweep folder, not one per job process
@@ -44,3 +48,13 @@ def test_submitit_local_sweep_writes_both_runs(tmp_path):
     results = sorted((sweep / ".submitit").glob("*/*_result.pkl"))
     assert len(results) == 2, sorted((sweep / ".submitit").rglob("*"))
     assert sum("final val accuracy" in p.read_text() for p in (sweep / ".submitit").glob("*/*_log.out")) == 2
+
+
+def test_a_failed_submitit_point_fails_the_sweep(tmp_path):
+    """A bad point in a job process of its own: the other point runs, and the sweeping process (which never
+    sees the job's result callbacks) still prints the failed-points table and exits with the point's status."""
+    proc = run_sweep(tmp_path, "compressor=topk", "compressor.density=0.01,1.5")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "sweep: 1 of " in proc.stderr and "compressor.density=1.5" in proc.stderr, proc.stderr[-3000:]
+    (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
+    assert len(list(sweep_dir.glob("*/summary.json"))) == 1 and len(list(sweep_dir.glob("*/error.txt"))) == 1

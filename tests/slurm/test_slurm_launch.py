@@ -46,12 +46,15 @@ def test_sbatch_example_refuses_a_world_size_other_than_its_tasks(slurm_cluster:
 
 
 def test_submitit_slurm_sweep_runs_one_job_per_run(slurm_cluster: SlurmCluster, tmp_path):
-    sweep = tmp_path / "sweep"
+    """The default hydra.sweep.dir (no override), as a user runs it: each point is its own SLURM job, a new
+    process, and every one of them writes into the one sweep folder the submitting process chose."""
     proc = slurm_cluster.run([sys.executable, str(ROOT / "src" / "train.py"), "-m", "hydra/launcher=submitit_slurm",
                               f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.cpus_per_task=1",
-                              "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}",
-                              "compressor=topk,gtopk", *RUN], timeout=240, cwd=tmp_path)
+                              "hydra.launcher.timeout_min=5", "compressor=topk,gtopk", *RUN], timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    sweeps = sorted((tmp_path / "multirun").glob("*/*"))
+    assert len(sweeps) == 1, sweeps        # one sweep folder, not one per job
+    sweep = sweeps[0]
     runs = {json.loads(p.read_text())["compressor"]: p.parent for p in sweep.glob("*/summary.json")}
     assert sorted(runs) == ["gtopk", "topk"], sorted(sweep.iterdir())
     for compressor, run_dir in runs.items():
@@ -94,6 +97,62 @@ def test_a_requeued_job_continues_from_its_checkpoint(slurm_cluster: SlurmCluste
     reference = slurm_cluster.sbatch(["--ntasks=2", script, *overrides], tmp_path / "ref.out",
                                      env={"SSGD_RUN_DIR": str(tmp_path / "ref")}, timeout=300)
     assert (reference.state, reference.exit_code) == ("COMPLETED", "0:0"), reference.output[-3000:]
+
+    def timeless(summary: dict) -> dict:
+        return {k: v for k, v in summary.items()
+                if k != "wall_s" and not k.startswith(("time/", "throughput_"))}
+
+    assert timeless(json.loads((run_dir / "summary.json").read_text())) == \
+        timeless(json.loads((tmp_path / "ref" / "summary.json").read_text()))
+
+
+def test_a_requeued_submitit_slurm_point_continues_from_its_checkpoint(slurm_cluster: SlurmCluster, tmp_path):
+    """`scontrol requeue` of a running sweep point under hydra/launcher=submitit_slurm: SLURM starts the same
+    job again (SLURM_RESTART_COUNT=1), the point resumes its own checkpoint without trainer.resume on the
+    command line, the sweep ends with exit 0, every step is logged once, and the point's summary equals an
+    uninterrupted local run's (every key but the wall-clock ones)."""
+    import subprocess
+    import time
+
+    overrides = ["compressor=gtopk", "trainer.max_steps=300", "trainer.log_every=1", "wandb.mode=disabled",
+                 "trainer.progress=false"]
+    sweep_proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "src" / "train.py"), "-m", "hydra/launcher=submitit_slurm",
+         f"hydra.launcher.partition={slurm_cluster.partition}", "hydra.launcher.cpus_per_task=1",
+         "hydra.launcher.timeout_min=10", *overrides],
+        cwd=tmp_path, env=slurm_cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def metrics() -> Path | None:
+            return next(iter(tmp_path.glob("multirun/*/*/0-*/metrics.jsonl")), None)
+
+        def steps() -> list[int]:
+            path = metrics()
+            rows = [json.loads(line) for line in path.read_text().splitlines()] if path else []
+            return [r["step"] for r in rows if "train/loss" in r]
+
+        deadline = time.monotonic() + 150
+        while len(steps()) < 3 and time.monotonic() < deadline and sweep_proc.poll() is None:
+            time.sleep(0.2)
+        assert 3 <= len(steps()) < 300, "the point never got to training (or finished before the requeue)"
+        jobs = [p.name for p in tmp_path.glob("multirun/*/*/.submitit/*") if p.is_dir()]  # one point: no array
+        assert len(jobs) == 1, jobs
+        requeued = slurm_cluster.run(["scontrol", "requeue", jobs[0]], timeout=30)
+        assert requeued.returncode == 0, requeued.stderr
+        output, _ = sweep_proc.communicate(timeout=420)
+    finally:
+        if sweep_proc.poll() is None:
+            sweep_proc.kill()
+            slurm_cluster.run(["scancel", "--name", "train"], timeout=30)
+    assert sweep_proc.returncode == 0, output[-3000:]
+    run_dir = metrics().parent
+    assert not (run_dir / "error.txt").exists(), (run_dir / "error.txt").read_text()
+    log = next(run_dir.parent.glob(".submitit/*/*_0_log.out")).read_text()
+    assert "SLURM restart 1 of this job: trainer.resume=auto" in log, log[-3000:]
+    assert steps() == list(range(1, 301))     # every step once: the second start continued the first's checkpoint
+    reference = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), f"hydra.run.dir={tmp_path / 'ref'}",
+                                *overrides], cwd=tmp_path, env=slurm_cluster.env, capture_output=True, text=True,
+                               timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
 
     def timeless(summary: dict) -> dict:
         return {k: v for k, v in summary.items()

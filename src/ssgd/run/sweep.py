@@ -4,10 +4,17 @@ writes the sweep's summary table and overlay figure (ssgd.utils.summarize), prin
 points and exits with the first failed point's status.
 
 An interrupted point (SIGINT, SIGTERM) stops the whole sweep at once instead: that is what the signal asks.
+
+Hydra calls `on_job_end` in the process that ran the point. With the basic launcher (and the Optuna
+sweeper, which uses it) that is the sweep's own process; with submitit_local and submitit_slurm each point
+is a job process of its own, so the sweep's process learns of its failed points from the `error.txt` files
+its job folders gained while it ran (`failures_in`).
 """
 from __future__ import annotations
 
+import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +41,25 @@ def record_failure(job_dir: Path, status: int, message: str, details: str = "") 
     return PointFailed(status, message)
 
 
+def failures_in(sweep_dir: Path, since: float) -> list[tuple[int, str, PointFailed]]:
+    """(job number, overrides, failure) of every job folder of `sweep_dir` whose error.txt was written at or
+    after `since` (a time.time()), by job number; an error.txt of an earlier attempt (a resumed sweep) is
+    not this sweep's."""
+    failed = []
+    for path in sweep_dir.glob(f"*/{ERROR_FILE}"):
+        if path.stat().st_mtime < since:
+            continue
+        first = path.read_text(errors="replace").splitlines()[0] if path.stat().st_size else ""
+        match = re.match(r"exit status (\d+): (.*)", first)
+        status, message = (int(match[1]), match[2]) if match else (1, first or "(empty error.txt)")
+        num = re.match(r"(\d+)", path.parent.name)
+        overrides_file = path.parent / ".hydra" / "overrides.yaml"
+        overrides = (" ".join(line.removeprefix("- ").strip() for line in overrides_file.read_text().splitlines())
+                     if overrides_file.is_file() else path.parent.name)
+        failed.append((int(num[1]) if num else -1, overrides or "(no overrides)", PointFailed(status, message)))
+    return sorted(failed, key=lambda item: item[0])
+
+
 def write_sweep_report(sweep_dir: Path) -> None:
     """Write the sweep's table and overlay figure (ssgd.utils.summarize.sweep_table) and name them in the
     sweep's last lines; one that cannot be drawn costs one warning line, never the points' results."""
@@ -53,7 +79,11 @@ class SweepReport(Callback):
 
     def __init__(self) -> None:
         self.points = 0
+        self.started = time.time()
         self.failed: list[tuple[int, str, PointFailed]] = []
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = time.time() - 1.0       # (file times can trail the clock by a tick)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         self.points += 1
@@ -63,7 +93,10 @@ class SweepReport(Callback):
             self.failed.append((int(config.hydra.job.num), overrides, value))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        write_sweep_report(Path(str(config.hydra.sweep.dir)))
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        write_sweep_report(sweep_dir)
+        if self.points == 0:                   # the points ran in job processes of their own (submitit)
+            self.failed = failures_in(sweep_dir, self.started)
         if not self.failed:
             return
         lines = [f"sweep: {len(self.failed)} of {self.points} points failed (each folder under "
