@@ -136,10 +136,10 @@ fig-density: $(STAMP)  ## final accuracy and time to accuracy vs density 1 ... 1
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure density
 	$(PY) paper_figs/fig_density.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
-figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; ~21 min on 2 idle cores; resumes)
+figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; 12-13 min on 2 quiet cores; resumes)
 	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)
 
-figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~2-3 min)
+figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~1-2 min)
 	$(PY) paper_figs/make_figs.py --quick --out $(QUICK_OUT) --runs $(QUICK_RUNS) --jobs $(JOBS)
 
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
