@@ -55,6 +55,6 @@ def test_a_failed_submitit_point_fails_the_sweep(tmp_path):
     sees the job's result callbacks) still prints the failed-points table and exits with the point's status."""
     proc = run_sweep(tmp_path, "compressor=topk", "compressor.density=0.01,1.5")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "sweep: 1 of " in proc.stderr and "compressor.density=1.5" in proc.stderr, proc.stderr[-3000:]
+    assert "sweep: 1 of 2 points failed" in proc.stderr and "compressor.density=1.5" in proc.stderr, proc.stderr[-3000:]
     (sweep_dir,) = (tmp_path / "multirun").glob("*/*")
     assert len(list(sweep_dir.glob("*/summary.json"))) == 1 and len(list(sweep_dir.glob("*/error.txt"))) == 1

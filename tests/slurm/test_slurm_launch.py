@@ -6,7 +6,9 @@ single-node cluster (`make slurm-up`); skipped with the reason otherwise (see co
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,11 @@ from .conftest import ROOT, SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 RUN = ["trainer.max_steps=3", "wandb.mode=disabled", "trainer.progress=false"]
+
+
+def timeless(summary: dict) -> dict:
+    """A summary without its wall-clock keys: what a resumed run must share with an uninterrupted one."""
+    return {k: v for k, v in summary.items() if k != "wall_s" and not k.startswith(("time/", "throughput_"))}
 
 
 def check_run(run_dir: Path, compressor: str, world_size: int) -> None:
@@ -69,8 +76,6 @@ def test_a_requeued_job_continues_from_its_checkpoint(slurm_cluster: SlurmCluste
     step boundary, SLURM starts the job again with the same id and run directory, prepare_run.sh passes
     trainer.resume=auto, and the run ends with every step logged once and the summary of an uninterrupted
     job (every key but the wall-clock ones)."""
-    import time
-
     script = str(ROOT / "scripts" / "slurm" / "mpi_mpirun.sbatch")
     overrides = ["compressor=gtopk", "trainer.max_steps=300", "trainer.log_every=1", "wandb.mode=disabled",
                  "trainer.progress=false"]
@@ -98,10 +103,6 @@ def test_a_requeued_job_continues_from_its_checkpoint(slurm_cluster: SlurmCluste
                                      env={"SSGD_RUN_DIR": str(tmp_path / "ref")}, timeout=300)
     assert (reference.state, reference.exit_code) == ("COMPLETED", "0:0"), reference.output[-3000:]
 
-    def timeless(summary: dict) -> dict:
-        return {k: v for k, v in summary.items()
-                if k != "wall_s" and not k.startswith(("time/", "throughput_"))}
-
     assert timeless(json.loads((run_dir / "summary.json").read_text())) == \
         timeless(json.loads((tmp_path / "ref" / "summary.json").read_text()))
 
@@ -111,9 +112,6 @@ def test_a_requeued_submitit_slurm_point_continues_from_its_checkpoint(slurm_clu
     job again (SLURM_RESTART_COUNT=1), the point resumes its own checkpoint without trainer.resume on the
     command line, the sweep ends with exit 0, every step is logged once, and the point's summary equals an
     uninterrupted local run's (every key but the wall-clock ones)."""
-    import subprocess
-    import time
-
     overrides = ["compressor=gtopk", "trainer.max_steps=300", "trainer.log_every=1", "wandb.mode=disabled",
                  "trainer.progress=false"]
     sweep_proc = subprocess.Popen(
@@ -153,10 +151,6 @@ def test_a_requeued_submitit_slurm_point_continues_from_its_checkpoint(slurm_clu
                                 *overrides], cwd=tmp_path, env=slurm_cluster.env, capture_output=True, text=True,
                                timeout=300)
     assert reference.returncode == 0, reference.stderr[-3000:]
-
-    def timeless(summary: dict) -> dict:
-        return {k: v for k, v in summary.items()
-                if k != "wall_s" and not k.startswith(("time/", "throughput_"))}
 
     assert timeless(json.loads((run_dir / "summary.json").read_text())) == \
         timeless(json.loads((tmp_path / "ref" / "summary.json").read_text()))

@@ -2,7 +2,7 @@
 import os
 import time
 
-from ssgd.run.sweep import PointFailed, failures_in, record_failure
+from ssgd.run.sweep import PointFailed, failures_in, points_in, record_failure
 
 
 def test_failures_in_reads_this_sweeps_error_files_only(tmp_path):
@@ -20,3 +20,15 @@ def test_failures_in_reads_this_sweeps_error_files_only(tmp_path):
     assert failures_in(tmp_path, since) == [
         (1, "compressor=topk seed=3", PointFailed(3, "diverged")),
         (3, "3-compressor.density=1.5", PointFailed(2, "compressor.density=1.5: must be in (0, 1]"))]
+
+
+def test_points_in_counts_the_job_folders_hydra_started_since(tmp_path):
+    since = time.time() - 1
+    for job in ("0-a", "1-b"):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "overrides.yaml").write_text("- a=1\n")
+    past = time.time() - 3600
+    os.utime(tmp_path / "1-b" / ".hydra" / "overrides.yaml", (past, past))     # an earlier attempt's
+    (tmp_path / ".submitit").mkdir()
+    (tmp_path / "multirun.yaml").write_text("{}\n")
+    assert points_in(tmp_path, since) == 1

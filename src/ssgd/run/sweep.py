@@ -21,7 +21,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 ERROR_FILE = "error.txt"
 
@@ -41,21 +41,31 @@ def record_failure(job_dir: Path, status: int, message: str, details: str = "") 
     return PointFailed(status, message)
 
 
+def _written_since(path: Path, since: float) -> bool:
+    return path.is_file() and path.stat().st_mtime >= since
+
+
+def points_in(sweep_dir: Path, since: float) -> int:
+    """The number of job folders of `sweep_dir` that Hydra started at or after `since` (a time.time()):
+    those whose `.hydra/overrides.yaml` was written since."""
+    return sum(_written_since(job / ".hydra" / "overrides.yaml", since) for job in sweep_dir.iterdir())
+
+
 def failures_in(sweep_dir: Path, since: float) -> list[tuple[int, str, PointFailed]]:
     """(job number, overrides, failure) of every job folder of `sweep_dir` whose error.txt was written at or
     after `since` (a time.time()), by job number; an error.txt of an earlier attempt (a resumed sweep) is
     not this sweep's."""
     failed = []
     for path in sweep_dir.glob(f"*/{ERROR_FILE}"):
-        if path.stat().st_mtime < since:
+        if not _written_since(path, since):
             continue
         first = path.read_text(errors="replace").splitlines()[0] if path.stat().st_size else ""
         match = re.match(r"exit status (\d+): (.*)", first)
         status, message = (int(match[1]), match[2]) if match else (1, first or "(empty error.txt)")
         num = re.match(r"(\d+)", path.parent.name)
         overrides_file = path.parent / ".hydra" / "overrides.yaml"
-        overrides = (" ".join(line.removeprefix("- ").strip() for line in overrides_file.read_text().splitlines())
-                     if overrides_file.is_file() else path.parent.name)
+        overrides = (" ".join(map(str, OmegaConf.load(overrides_file))) if overrides_file.is_file()
+                     else path.parent.name)
         failed.append((int(num[1]) if num else -1, overrides or "(no overrides)", PointFailed(status, message)))
     return sorted(failed, key=lambda item: item[0])
 
@@ -96,6 +106,7 @@ class SweepReport(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         write_sweep_report(sweep_dir)
         if self.points == 0:                   # the points ran in job processes of their own (submitit)
+            self.points = points_in(sweep_dir, self.started)
             self.failed = failures_in(sweep_dir, self.started)
         if not self.failed:
             return
