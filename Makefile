@@ -149,7 +149,7 @@ validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-r
 	$(PY) paper_figs/validate_model.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 .PHONY: gpu-check
-gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (< 5 min; no GPU: says so, exit 0)
+gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (3 min on one H200; no GPU: says so, exit 0)
 	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 .PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed bench-testbed-e2e bench-testbed-replay

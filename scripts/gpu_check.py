@@ -1,4 +1,4 @@
-"""`make gpu-check`: every CUDA path of the lab in one command, with a table of what passed (< 5 min on one GPU).
+"""`make gpu-check`: every CUDA path of the lab in one command, with a table of what passed (3 min on one H200).
 
     .venv/bin/python scripts/gpu_check.py [--out DIR]
 
@@ -13,8 +13,9 @@ target is safe in any CI). On a GPU machine it runs, each under a timeout:
      Random-k, DGC sampling);
   4. the DDP-hook example on NCCL (`torchrun examples/ddp_gtopk.py --device cuda`);
 
-(timeouts 150 + 60 + 60 + 60 s: at most about 5.5 min even when something hangs), then prints one table (check, result, seconds, detail), writes it to <--out>/gpu_check.md with the JSON beside,
-and exits 1 if any check failed.
+(timeouts 240 + 60 + 60 + 60 s, 110 s per test: at most 7 min even when something hangs; 3 min when all pass),
+then prints one table (check, result, seconds, detail), writes it to <--out>/gpu_check.md with the JSON beside,
+writes every check's whole output to <--out>/gpu_check.log, and exits 1 if any check failed.
 """
 from __future__ import annotations
 
@@ -32,16 +33,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
+LOG: list[str] = []   # every check's command and whole output, written to <--out>/gpu_check.log
+
+
 def run(argv: list[str], timeout: float, **kwargs) -> tuple[int | None, str, float]:
-    """(exit status or None on timeout, combined output tail, seconds)."""
+    """(exit status or None on timeout, combined output tail, seconds); the whole output goes to the log."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env, **kwargs)
-        return proc.returncode, (proc.stdout + proc.stderr)[-4000:], time.perf_counter() - start
+        status, out = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as err:
-        out = (err.stdout or b"").decode(errors="replace") + (err.stderr or b"").decode(errors="replace")
-        return None, out[-4000:], time.perf_counter() - start
+        status = None
+        out = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (err.stdout, err.stderr))
+    seconds = time.perf_counter() - start
+    LOG.append(f"$ {' '.join(argv)}\n# {verdict(status)} after {seconds:.1f} s\n{out}\n")
+    return status, out[-4000:], seconds
 
 
 def verdict(status: int | None) -> str:
@@ -50,19 +57,21 @@ def verdict(status: int | None) -> str:
 
 def pytest_rows(tmp: Path) -> list[dict]:
     xml = tmp / "gpu.xml"
-    status, out, seconds = run([PY, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", f"--junitxml={xml}", "-p",
-                                "no:cacheprovider"], timeout=150)
+    status, out, seconds = run([PY, "-m", "pytest", "-v", "--tb=short", "--timeout", "110", "-m", "gpu", "tests/gpu",
+                                f"--junitxml={xml}", "-p", "no:cacheprovider"], timeout=240)
     rows = []
     if xml.exists():
         for case in ET.parse(xml).getroot().iter("testcase"):
-            outcome = "pass"
+            outcome, detail = "pass", ""
             for child in case:
                 if child.tag in ("failure", "error"):
                     outcome = "FAIL"
+                    detail = " ".join((child.get("message") or "").split())[:200]
+                    LOG.append(f"# {case.get('name')}: {child.tag}\n{child.text or ''}\n")
                 elif child.tag == "skipped":
                     outcome = "skipped: " + (child.get("message") or "")[:60]
             rows.append({"check": f"test {case.get('name')}", "result": outcome,
-                         "seconds": float(case.get("time", 0)), "detail": ""})
+                         "seconds": float(case.get("time", 0)), "detail": detail})
     if status != 0 and not any(r["result"] == "FAIL" for r in rows):
         rows.append({"check": "pytest -m gpu tests/gpu", "result": verdict(status), "seconds": seconds,
                      "detail": " ".join(out.split()[-30:])})
@@ -84,7 +93,7 @@ def nccl_run(tmp: Path, P: int) -> dict:
 
 
 def selection(tmp: Path) -> dict:
-    status, out, seconds = run([PY, "bench/selection.py", "--devices", "cuda", "--quick", "--out-dir", str(tmp)],
+    status, out, seconds = run([PY, "bench/selection.py", "--devices", "cuda", "--quick", "--results-dir", str(tmp)],
                                timeout=60)
     detail = " ".join(out.split()[-12:])
     path = tmp / "selection.json"
@@ -133,6 +142,7 @@ def main(argv: list[str]) -> int:
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_check.md").write_text(text)
+    (args.out / "gpu_check.log").write_text("\n".join(LOG))
     (args.out / "gpu_check.json").write_text(json.dumps({"header": header, "rows": rows,
                                                         "selection": selection_data}, indent=1) + "\n")
     failed = [r for r in rows if r["result"] != "pass" and not r["result"].startswith("skipped")]

@@ -34,11 +34,22 @@ def test_collectives_on_real_torch_ranks(P):
     checks.check_ranks(run_ranks(P, checks.run_cases, timeout=90), P)
 
 
-def _allgatherv_cases(rank: int, P: int) -> list:
+def as_older_torch(older: bool) -> None:
+    """In this rank only: torch.distributed as torch 2.11 has it, without `all_gather_single` (its older name,
+    `all_gather_into_tensor`, is what remains; pyproject.toml allows torch from 2.4)."""
+    if older:
+        del torch.distributed.all_gather_single
+
+
+OLDER_TORCH = pytest.mark.parametrize("older", [False, True], ids=["torch", "torch-without-all_gather_single"])
+
+
+def _allgatherv_cases(rank: int, P: int, older: bool = False) -> list:
     """Padded all_gather: blocks of sizes 0..P-1 (rank r sends r elements), dtype kept, all empty."""
     from ssgd.comm.ops import Allgatherv, RankLog
     from ssgd.comm.torch_dist import TorchExecutor
 
+    as_older_torch(older)
     execute, out = TorchExecutor(), []
     for dtype in (torch.int32, torch.float32):
         log = RankLog()
@@ -49,11 +60,12 @@ def _allgatherv_cases(rank: int, P: int) -> list:
     return out
 
 
-def test_allgatherv_pads_and_trims_ragged_blocks():
+@OLDER_TORCH
+def test_allgatherv_pads_and_trims_ragged_blocks(older):
     from ssgd.perf import cost
 
     P = 4
-    for rank, cases in enumerate(run_ranks(P, _allgatherv_cases, timeout=60)):
+    for rank, cases in enumerate(run_ranks(P, _allgatherv_cases, (older,), timeout=60)):
         for dtype, (blocks, dtypes, nbytes) in zip((torch.int32, torch.float32), cases[:2]):
             assert blocks == [[10 * r + i for i in range(r)] for r in range(P)]
             assert all(t == dtype for t in dtypes)
@@ -61,9 +73,10 @@ def test_allgatherv_pads_and_trims_ragged_blocks():
         assert cases[2][0] == [[] for _ in range(P)]
 
 
-def _world_exchanges(rank: int, P: int) -> tuple:
+def _world_exchanges(rank: int, P: int, older: bool = False) -> tuple:
     from ssgd.worlds.torch_dist import OBJECT_SLOT, TorchWorld
 
+    as_older_torch(older)
     world = TorchWorld.joined()
     small = world.allgather([{"rank": rank, "x": 0.5 * rank}])
     big = world.allgather([b"x" * (3 * OBJECT_SLOT if rank == 1 else rank)])        # one pickle over the slot
@@ -71,12 +84,13 @@ def _world_exchanges(rank: int, P: int) -> tuple:
     return small, [len(b) for b in big], root
 
 
-def test_torch_world_exchanges_python_values():
+@OLDER_TORCH
+def test_torch_world_exchanges_python_values(older):
     """allgather: one collective with a fixed slot per rank, and a second one when a pickle does not fit."""
     from ssgd.worlds.torch_dist import OBJECT_SLOT
 
     P = 3
-    for rank, (small, big, root) in enumerate(run_ranks(P, _world_exchanges, timeout=60)):
+    for rank, (small, big, root) in enumerate(run_ranks(P, _world_exchanges, (older,), timeout=60)):
         assert small == [{"rank": r, "x": 0.5 * r} for r in range(P)]
         assert big == [0, 3 * OBJECT_SLOT, 2]
         assert root == ({r: f"state of {r}" for r in range(P)} if rank == 0 else {})

@@ -36,6 +36,15 @@ from ssgd.comm.staging import empty_on, from_comm, pooled, to_comm
 from ssgd.payload import Payload
 
 
+def all_gather_single(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
+    """Every rank's `input` (equal sizes), concatenated in rank order into `output`.
+
+    `torch.distributed.all_gather_single` where torch has it (2.14 does, and warns that `all_gather_into_tensor` is
+    deprecated), else `all_gather_into_tensor` (2.11 has only that; pyproject.toml allows torch from 2.4)."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(output, input, group=group)
+
+
 def comm_device(group: dist.ProcessGroup | None = None) -> torch.device:
     """The device `group`'s backend reads: this rank's current GPU for NCCL, the host otherwise."""
     if dist.get_backend(group) == "nccl":
@@ -78,7 +87,7 @@ class TorchExecutor:
         if isinstance(op, Allgatherv):
             send = to_comm(op.buf, device, log).reshape(-1)
             sizes_t = torch.empty(P, dtype=torch.int64, device=device)
-            dist.all_gather_single(sizes_t, torch.tensor([send.numel()], dtype=torch.int64, device=device), group=group)
+            all_gather_single(sizes_t, torch.tensor([send.numel()], dtype=torch.int64, device=device), group=group)
             sizes = sizes_t.tolist()
             log.stats.add(op.sent(self.rank, P, [n * send.element_size() for n in sizes]))
             width = max(sizes)
@@ -86,7 +95,7 @@ class TorchExecutor:
                 return [op.buf.new_empty(0) for _ in range(P)]
             padded = send if send.numel() == width else torch.cat([send, send.new_zeros(width - send.numel())])
             recv = torch.empty(P * width, dtype=send.dtype, device=device)
-            dist.all_gather_single(recv, padded, group=group)
+            all_gather_single(recv, padded, group=group)
             recv = from_comm(recv, op.buf, log)
             return [recv[r * width:r * width + n] for r, n in enumerate(sizes)]
         if isinstance(op, Bcast):

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
-from ssgd.comm.torch_dist import TorchExecutor, run_torch
+from ssgd.comm.torch_dist import TorchExecutor, all_gather_single, run_torch
 from ssgd.payload import Payload
 from ssgd.worlds.rendezvous import LocalRank, Ranks, master, port_in_use, rank_device
 
@@ -37,6 +37,15 @@ def process_group_backend(choice: str, device: str) -> str:
     if choice == "auto":
         return "nccl" if device.startswith("cuda") else "gloo"
     return choice
+
+
+def objects_group(backend: str, timeout_s: float | None = None) -> dist.ProcessGroup | None:
+    """The process group for Python values (host tensors) beside a default group of `backend`: None (the
+    default group itself) unless that is NCCL, which carries only CUDA tensors; then a new gloo group over all
+    ranks (collective: every rank calls this)."""
+    if backend != "nccl":
+        return None
+    return dist.new_group(backend="gloo", **({} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}))
 
 
 class TorchWorld:
@@ -58,9 +67,11 @@ class TorchWorld:
     @classmethod
     def joined(cls, objects: dist.ProcessGroup | None = None) -> TorchWorld:
         """A world over the caller's already initialised default process group (`objects`: the group for
-        Python values; None: the default group)."""
+        Python values; None: the default group, or a new gloo group over all ranks when the default group is
+        NCCL, which cannot carry host tensors: then every rank must call this, as `new_group` is collective)."""
         world = cls(Ranks(dist.get_rank(), dist.get_world_size(), LocalRank(0, None, "caller"), "caller"))
-        world._joined(dist.get_backend(), objects)
+        backend = dist.get_backend()
+        world._joined(backend, objects if objects is not None else objects_group(backend))
         return world
 
     def start_hint(self, n: int) -> str:
@@ -90,8 +101,7 @@ class TorchWorld:
         dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=self.rank, world_size=self.size,
                                 timeout=timedelta(seconds=timeout_s),
                                 device_id=torch.device(device) if backend == "nccl" else None)
-        self._joined(backend, dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-                     if backend == "nccl" else None)
+        self._joined(backend, objects_group(backend, timeout_s))
 
     def _joined(self, backend: str, objects: dist.ProcessGroup | None) -> None:
         self.backend, self.objects = backend, objects
@@ -122,7 +132,7 @@ class TorchWorld:
         if n <= OBJECT_SLOT:
             slot[8:8 + n] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         gathered = torch.empty(P * (8 + OBJECT_SLOT), dtype=torch.uint8)
-        dist.all_gather_single(gathered, slot, group=self.objects)
+        all_gather_single(gathered, slot, group=self.objects)
         rows = gathered.view(P, 8 + OBJECT_SLOT)
         lengths = rows[:, :8].contiguous().view(torch.int64).reshape(-1).tolist()
         if max(lengths) > OBJECT_SLOT:                # the same decision on every rank
@@ -130,7 +140,7 @@ class TorchWorld:
             mine = torch.zeros(width, dtype=torch.uint8)
             mine[:n] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
             wide = torch.empty(P * width, dtype=torch.uint8)
-            dist.all_gather_single(wide, mine, group=self.objects)
+            all_gather_single(wide, mine, group=self.objects)
             rows = wide.view(P, width)
             return [pickle.loads(rows[r, :lengths[r]].numpy().tobytes()) for r in range(P)]
         return [pickle.loads(rows[r, 8:8 + lengths[r]].numpy().tobytes()) for r in range(P)]
