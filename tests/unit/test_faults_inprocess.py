@@ -330,7 +330,8 @@ def test_a_peers_errors_are_fatal_notice_is_left_out_when_the_launcher_names_the
     relay = OpenMPIFilter(out)
     disconnect = (dashes + "An MPI communication peer process has unexpectedly disconnected.\n  Peer host: tb3\n"
                   + dashes)
-    late = " [tb1:00000] *** An error occurred in Socket closed\n[tb4:7] Delaying for 2 seconds before aborting\n"
+    late = (" [tb1:00000] *** An error occurred in Socket closed\n[tb4:7] Delaying for 2 seconds before aborting\n"
+            "\x00[tb2:00000] *** An error occurred in Socket closed\n")        # seen on the testbed: a NUL first
     relay.copy(io.StringIO(warning + "[rank 0] step 5\n" + notice + disconnect + late + killed))
     assert out.getvalue() == "[rank 0] step 5\n" and relay.killed == (2, "tb3", 9)
     out = io.StringIO()

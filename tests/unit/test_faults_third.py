@@ -470,9 +470,17 @@ def test_gloos_banner_is_kept_out_of_a_ranks_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_torch_rank_leaves_no_banner_on_stderr(tmp_path):
+@pytest.mark.parametrize("mode, cause", [
+    ("kill", "error: backend=torch: rank 1 was killed by signal 9 (SIGKILL); "),
+    ("raise", "error: backend=gloo: rank 1 failed: RuntimeError: injected failure at step 3 (debug.fail_rank=1)"),
+])
+def test_a_failed_torch_rank_is_one_line_on_stderr(mode, cause, tmp_path):
+    """The first rank to fail is the one line: killed, the launcher names it (what its peer reported after it,
+    a reset connection with gloo's banner, stays in the peer's traceback file); raising, its own exception."""
     proc = train("backend=torch", "cluster.world_size=2", "trainer.max_steps=20", "debug.fail_rank=1",
-                 "debug.fail_step=3", "debug.fail_mode=kill", f"hydra.run.dir={tmp_path / 'run'}", WANDB_MODE="disabled")
+                 "debug.fail_step=3", f"debug.fail_mode={mode}", f"hydra.run.dir={tmp_path / 'run'}",
+                 WANDB_MODE="disabled")
     assert proc.returncode == 1, proc.stderr
-    assert "rank 1 was killed by signal 9 (SIGKILL)" in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(cause), proc.stderr
     assert "GLHF" not in proc.stderr and "third_party" not in proc.stderr, proc.stderr

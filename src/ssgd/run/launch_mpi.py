@@ -312,12 +312,13 @@ class OpenMPIFilter:
         self.out.flush()
 
     def feed(self, line: str) -> None:
+        line = line.replace("\0", "")         # Open MPI pads some writes with NULs ("\0[tb2:00000] *** ...")
         if self.block is None:
             if self.DASHES.match(line):
                 self.block = [line]
             elif self.PEER_ABORT.match(line):
                 self.peer_abort.append(line)
-            elif not any(n in line for n in self.NOISE) and line.replace("\0", "").strip():
+            elif not any(n in line for n in self.NOISE) and line.strip():
                 self.out.write(line)
                 self.out.flush()
             return

@@ -21,6 +21,7 @@ batch script that runs them (docs/slurm.md).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -130,16 +131,26 @@ def describe_exit(status: int) -> str:
     return f"exited with status {status}"
 
 
-def watch(procs: list[subprocess.Popen], hosts: list[str] | None = None) -> int:
-    """Wait for every rank; on the first failure name it (and its host, when the ranks run on `hosts`),
-    stop the others and return its status."""
+WATCHED_FILE = Path("mpi") / "watched.txt"   # the launcher's account of the first rank to fail (`watch`)
+
+
+def watch(procs: list[subprocess.Popen], hosts: list[str] | None = None, said: Path | None = None) -> int:
+    """Wait for every rank; on the first failure stop the others and return its status, having written to
+    `said` (when given, JSON) the first failed rank's status, a line naming it (and its host when the ranks run on
+    `hosts`) and the note naming the hosts that do not answer: `ending` chooses the job's one line from that and
+    the ranks' own reports."""
     while True:
         codes = [p.poll() for p in procs]
-        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        # a killed rank first: when a peer's failure (its connection reset) shows in the same poll, it came after
+        failed = sorted(((r, c) for r, c in enumerate(codes) if c not in (None, 0)), key=lambda rc: rc[1] > 0)
         if failed:
             where = (lambda r: f" on host {hosts[r]}") if hosts else (lambda r: "")
-            said = "; ".join(f"rank {r}{where(r)} {describe_exit(c)}" for r, c in failed)
-            log.error(f"error: backend=torch: {said}{reach.silent_hosts_note(hosts)}; stopping the other ranks")
+            line = "; ".join(f"rank {r}{where(r)} {describe_exit(c)}" for r, c in failed)
+            if said is not None:
+                note = reach.silent_hosts_note(hosts)
+                said.write_text(json.dumps({"status": failed[0][1], "note": note,
+                                            "line": f"backend=torch: {line}{note}; the other ranks were stopped"}))
+            log.info(f"backend=torch: {line}; stopping the other ranks")
             stop(procs)
             return failed[0][1] if failed[0][1] > 0 else 1
         if all(c == 0 for c in codes):
@@ -169,6 +180,8 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     ended = run_dir / ENDED_FILE                # the ranks' report of how the job ended (`ending`)
     ended.parent.mkdir(parents=True, exist_ok=True)
     ended.unlink(missing_ok=True)
+    watched = run_dir / WATCHED_FILE
+    watched.unlink(missing_ok=True)
     base = {**worker_env(local=True), ENDED_ENV: str(ended)}
     remote = host_ranks(cfg, base, config_path, port)
     hosts = hostfile_slots(Path(cfg.cluster.hostfile))[:P] if remote is not None else None
@@ -185,7 +198,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
                 procs.append(subprocess.Popen(remote[r], env=base))
             else:
                 procs.append(subprocess.Popen(worker_command(config_path), env=rank_env(base, r, P, port)))
-        return watch(procs, hosts)
+        return watch(procs, hosts, watched)
     except KeyboardInterrupt:
         stop(procs)
         return 130
@@ -215,7 +228,9 @@ INTERRUPTS = {exit_status(s): s for s in (signal.SIGINT, signal.SIGTERM, signal.
 def ending(status: int, run_dir: Path) -> RunEnded | None:
     """How a launched job ended, as the one line src/train.py raises (None: it finished). The ranks wrote their
     line to `<run dir>/mpi/ended.txt` (the first rank wins) instead of stderr; an interrupt's line names the
-    signal the launcher got (SIGHUP reaches the ranks as SIGTERM)."""
+    signal the launcher got (SIGHUP reaches the ranks as SIGTERM). A failure is the first failed rank's line: the
+    launcher's (`watch`, `<run dir>/mpi/watched.txt`) when that rank was killed or reported nothing, else the
+    rank's own report; what the other ranks reported after it stays in their traceback files."""
     if status == 0:
         return None
     reported = read_ended(run_dir / ENDED_FILE)
@@ -226,8 +241,16 @@ def ending(status: int, run_dir: Path) -> RunEnded | None:
             f"(exit status {status}); no checkpoint was written"
         return Interrupted(re.sub(r"^interrupted by SIG\w+", f"interrupted by {name}", line), status, step=-1,
                            checkpoint=None)
-    if reported is not None:
-        return RunEnded(reported[1], status)
+    try:
+        watched = json.loads((run_dir / WATCHED_FILE).read_text())
+    except (OSError, ValueError):
+        watched = None
+    if watched is not None and (watched["status"] < 0 or reported is None):
+        # the first rank to fail was killed (it could say nothing) or said nothing: the launcher's line names it;
+        # what the others reported after it (a peer's reset connection) stays in their traceback files
+        return RunEnded(watched["line"], status)
+    if reported is not None:     # the failing rank's own account (its exception), and the hosts that are silent
+        return RunEnded(reported[1] + (watched["note"] if watched else ""), status)
     return RunEnded(f"backend=torch: the job failed with exit status {status} (see the rank messages above)", status)
 
 
