@@ -64,7 +64,7 @@ bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench wo
 	$(PY) bench/dlbench.py --results $(RESULTS_DIR)/dlbench.json --out-dir $(CHARTS_DIR) \
 	  $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
 
-bench-ddp: $(STAMP)  ## DDP hooks on 2 gloo ranks: allreduce, fp16, PowerSGD, ssgd.ddp gTop-k/Top-k async vs blocking, interleaved (~1.5 min; OUT=dir)
+bench-ddp: $(STAMP)  ## DDP hooks on 2 gloo ranks: allreduce, fp16, PowerSGD, ssgd.ddp gTop-k/Top-k async vs blocking, interleaved (~1.5 min; OUT=dir; ARGS="--testbed --hidden 4608 --density 0.001": 1 GbE testbed, d = 25M, ~1 min)
 	$(PY) bench/ddp.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 bench-selection-contention: $(STAMP)  ## Top-k/Gaussian-k/Random-k/DGC quiet vs a busy core, 1 and 2 threads, d = 25M (~5-12 min, estimated; ARGS=--quick ~15 s; OUT=dir)

@@ -1,11 +1,13 @@
 """Selection cost: exact Top-k vs Gaussian-k, Random-k and DGC sampling (Top-k paper's motivation).
 
 For each device, distribution and size d, times `compress(u, density)` of every selector on the same
-vector, interleaved in rounds by bench/harness.py (topk, gaussiank, randomk, ... then again; one
+vector, interleaved in rounds by bench/harness.py (topk, topk_blocks, gaussiank, ... then again; one
 warm-up round; calls repeated inside a round until it lasts >= --min-round-s; CUDA synchronised
 around each call), and records the achieved density |I| / d of each call. Reported per cell: the
 median over rounds with [min-max]; the ratio Top-k time / method time taken inside each round, its
-median and [min-max]; the CPU other processes used during the rounds (cores, max); rounds above
+median and [min-max] ("Top-k" is `torch.topk` over all d entries, the papers' baseline; `topk_blocks` is
+the lab's TopK compressor, the same set through block peaks, `ssgd.compress.sparse.select_topk`); the
+CPU other processes used during the rounds (cores, max); rounds above
 --noise-threshold cores (default 0.2) are repeated (<= --retries, default 2) and a (device, u, d)
 still above it is marked "noisy". This module is the one timing implementation:
 `make fig-selection` (paper_figs/fig_selection.py) imports it.
@@ -41,11 +43,24 @@ from ssgd.compress.base import Compressor  # noqa: E402
 from ssgd.compress.dgc import DGCSampling  # noqa: E402
 from ssgd.compress.gaussiank import GaussianK  # noqa: E402
 from ssgd.compress.randomk import RandomK  # noqa: E402
+from ssgd.compress.sparse import k_of, select_topk_full  # noqa: E402
 from ssgd.compress.topk import TopK  # noqa: E402
+from ssgd.payload import Sparse  # noqa: E402
+
+class TorchTopK(Compressor):
+    """Exact Top-k as `torch.topk(|u|, k)` over all d entries: the selection the papers' costs are measured
+    against (Shi et al., arXiv:1911.08772), and the reference of every ratio here."""
+
+    selection_cost = "exact_topk"
+
+    def compress(self, u: torch.Tensor, density: float) -> Sparse:
+        return select_topk_full(u, k_of(u.numel(), density))
+
 
 # name -> factory(seed): every selector gets a fresh, seeded generator (never the global RNG)
 METHODS: dict[str, Callable[[int], Compressor]] = {
-    "topk": lambda seed: TopK(),
+    "topk": lambda seed: TorchTopK(),
+    "topk_blocks": lambda seed: TopK(),          # the lab's Top-k: the same set through block peaks
     "gaussiank": lambda seed: GaussianK(),
     "randomk": lambda seed: RandomK(torch.Generator().manual_seed(seed)),
     "dgcsampling": lambda seed: DGCSampling(torch.Generator().manual_seed(seed)),

@@ -59,7 +59,8 @@ STEM = "fig_selection"
 COLUMNS = ["device", "threads", "dist", "d", "method", "reps", "inner", "median_ms", "min_ms", "max_ms",
            "density_target", "density_mean", "density_min", "density_max", "topk_over_method", "topk_over_method_lo",
            "topk_over_method_hi", "other_cores_max", "noisy", "repeated_rounds", "noise_threshold"]
-STYLE = {"topk": ("Top-k (exact)", "C0", "o"), "gaussiank": ("Gaussian-k", "C3", "s"),
+STYLE = {"topk": ("Top-k (exact, torch.topk)", "C0", "o"),
+         "topk_blocks": ("Top-k (exact, the lab's: block peaks)", "C4", "D"), "gaussiank": ("Gaussian-k", "C3", "s"),
          "randomk": ("Random-k", "C7", "x"), "dgcsampling": ("DGC sampling (released: k of 1 % sample)", "C2", "^"),
          "dgcsampling_scaled": ("DGC sampling (k scaled to the sample)", "C1", "v")}
 DIST_LINE = {"normal": "-", "laplace": ":"}
@@ -280,7 +281,7 @@ def plot(rows: list) -> plt.Figure:
                                  edgecolors="0.5", linewidths=1.0, zorder=3)
         for dist, ls in DIST_LINE.items():
             cells = [r for r in rows if r.method == method and r.device == devices[0] and r.dist == dist]
-            if cells and method not in ("topk", "randomk"):          # these two send exactly k by construction
+            if cells and method not in ("topk", "topk_blocks", "randomk"):   # these send exactly k by construction
                 t = cells[0].density_target
                 mean = [r.density_mean / t for r in cells]
                 bars = spread(mean, [r.density_min / t for r in cells], [r.density_max / t for r in cells])

@@ -203,10 +203,12 @@ class SparseHook:
         collective = self.scheme.collective_for(flat.numel(), job.density)   # min-compression rule
         reduced, log = run_torch(collective, payload, executor=self.executor)
         state.sync.settle(payload, reduced)
-        average = reduced.average()
-        if in_order:
-            buf.copy_(average)
+        if in_order and buf.dtype == torch.float32:
+            reduced.average(out=buf)        # written in place: no d-sized temporary (the same bits as a copy)
+        elif in_order:
+            buf.copy_(reduced.average())
         else:
+            average = reduced.average()
             for i in order:
                 start = state.offsets[positions[i]]
                 grads[i].copy_(average[start:start + grads[i].numel()].view_as(grads[i]))

@@ -498,11 +498,36 @@ def test_ddp_bench_marks_every_time_of_a_noisy_measurement():
     (["--density", "0"], "error: --density 0.0: must be in (0, 1]\n"),
     (["--bucket-cap-mb", "0"], "error: --bucket-cap-mb 0.0: must be > 0\n"),
     (["--retries", "-1"], "error: --retries -1: must be >= 0\n"),
+    (["--hidden", "0"], "error: --hidden 0: must be >= 1\n"),
 ])
 def test_bad_ddp_bench_arguments_are_one_line_errors(args, message, tmp_path):
     proc = run("ddp.py", *args, "--out-dir", str(tmp_path))
     assert (proc.returncode, proc.stderr) == (2, message)
     assert not list(tmp_path.iterdir())
+
+
+def test_ddp_bench_on_the_testbed_runs_one_rank_per_host_through_its_agent(tmp_path, monkeypatch):
+    """--testbed: rank r on host r + 1 through the agent (as the lab's own multi-host launch), the rendezvous
+    at host 1's address; a testbed that is down, or has too few hosts, is one line before anything starts."""
+    import shlex
+
+    ddp = load("ddp")
+    monkeypatch.setattr(ddp, "TESTBED", tmp_path)
+    assert ddp.testbed_problem([2]).startswith("--testbed: the testbed is not up (")
+    (tmp_path / "env").write_text("SSGD_TESTBED_P=3\nSSGD_TESTBED_BW=1gbit\n")
+    (tmp_path / "hosts").write_text("10.98.0.1 slots=1\n10.98.0.2 slots=1\n10.98.0.3 slots=1\n")
+    (tmp_path / "agent").write_text("#!/bin/sh\n")
+    assert ddp.testbed_problem([2, 3]) is None
+    assert ddp.testbed_problem([2, 4]) == "--P 2 4: the testbed has 3 hosts (make testbed-up P=4)"
+    commands = ddp.rank_commands(3, ["--worker"], {"OMP_NUM_THREADS": "1", "HOME": "/x"}, testbed=True)
+    for r, argv in enumerate(commands):
+        assert argv[:2] == [str(tmp_path / "agent"), f"10.98.0.{r + 1}"] and len(argv) == 3
+        remote = shlex.split(argv[2])
+        assert remote[:3] == ["exec", "env", "OMP_NUM_THREADS=1"] and "HOME=/x" not in remote
+        assert remote[-4:] == ["--rank", str(r), "--addr", "10.98.0.1"]
+    local = ddp.rank_commands(2, ["--worker"], {}, testbed=False)
+    assert [argv[-4:] for argv in local] == [["--rank", "0", "--addr", "127.0.0.1"], ["--rank", "1", "--addr",
+                                                                                       "127.0.0.1"]]
 
 
 def test_progress_scales_the_remaining_estimates_by_this_runs_pace(tmp_path):

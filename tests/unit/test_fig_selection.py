@@ -39,7 +39,7 @@ def test_writes_png_pdf_and_the_plotted_csv(tmp_path, capsys):
     saved = json.loads((tmp_path / "results" / "selection.json").read_text())["rows"]
     assert len(saved) == len(rows) and {"noisy", "other_cores_max"} <= set(saved[0])
     printed = capsys.readouterr().out
-    assert "| d | rounds x calls | topk | gaussiank |" in printed and "Achieved density / target" in printed
+    assert "| d | rounds x calls | topk | topk_blocks | gaussiank |" in printed and "Achieved density / target" in printed
     assert "other CPU, cores" in printed and "Noise: CPU used by processes outside this benchmark" in printed
     assert "cpu normal d=5,000" in printed                             # one progress line per size
 

@@ -55,6 +55,51 @@ def test_select_topk_is_exact_by_magnitude():
     assert sorted(s.idx.tolist()) == [1, 3] and sorted(s.val.tolist()) == [-5.0, 4.0]
 
 
+def sort_oracle_topk(u: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest magnitudes of u, in decreasing order, from a full sort (float64)."""
+    return u.double().abs().sort(descending=True).values[:k]
+
+
+@pytest.mark.parametrize("d, density", [
+    (65_536, 0.01), (65_536 + 17, 0.001), (300_007, 0.001), (300_007, 0.004), (1_000_003, 0.01),
+    (200_003, 1 / 32), (200_003, 0.05)])             # block 64, block 32 (tails of 17, 7, 3 entries); full
+@pytest.mark.parametrize("dist", ["normal", "laplace", "sparse", "ties"])
+def test_select_topk_through_block_peaks_equals_a_sort_and_torch_topk(d, density, dist):
+    """The block-peak path (select_topk's docstring) against a sort oracle: the same magnitudes, k distinct
+    increasing indices, values u[idx]; and the same set as torch.topk over all d entries where the k-th
+    magnitude is not tied (with ties, the same magnitudes). Laplace: heavy tails; 'sparse': 95 % zeros,
+    so some blocks hold only zeros; 'ties': magnitudes from 50 values, so the k-th is tied many times."""
+    from ssgd.compress.sparse import select_topk_full, topk_block
+
+    gen = torch.Generator().manual_seed(d + int(1e6 * density))
+    u = {"normal": lambda: torch.randn(d, generator=gen),
+         "laplace": lambda: torch.distributions.Laplace(0.0, 1.0).sample((d,)),
+         "sparse": lambda: torch.randn(d, generator=gen) * (torch.rand(d, generator=gen) < 0.05),
+         "ties": lambda: (torch.randint(-50, 51, (d,), generator=gen) / 7.0)}[dist]()
+    k = k_of(d, density)
+    s = select_topk(u, k)
+    assert s.idx.numel() == k and torch.equal(s.idx, s.idx.unique()) and torch.equal(s.val, u[s.idx])
+    assert torch.equal(s.val.double().abs().sort(descending=True).values, sort_oracle_topk(u, k))
+    full = select_topk_full(u, k)
+    magnitudes = u.abs().sort(descending=True).values
+    if dist != "ties" and magnitudes[k - 1] != magnitudes[k]:
+        assert torch.equal(s.idx, full.idx)
+    assert (topk_block(u, k) is None) == (density > 1 / 32)
+
+
+def test_select_topk_with_nan_or_infinity_falls_back_or_keeps_them():
+    """A NaN anywhere: torch.topk over all entries (which ranks NaN first), as before the block path; an
+    infinity is an ordinary largest magnitude."""
+    from ssgd.compress.sparse import select_topk_full
+
+    u = torch.randn(100_000, generator=torch.Generator().manual_seed(3))
+    u[[5, 77_777]] = torch.tensor([float("inf"), float("-inf")])
+    s = select_topk(u, 100)
+    assert {5, 77_777} <= set(s.idx.tolist()) and torch.equal(s.idx, select_topk_full(u, 100).idx)
+    u[99_999] = float("nan")
+    assert torch.equal(select_topk(u, 100).idx, select_topk_full(u, 100).idx)
+
+
 def test_k_of_matches_released_code():
     assert k_of(199210, 0.001) == 199 and k_of(10, 0.001) == 1 and k_of(1000, 1.0) == 1000
 

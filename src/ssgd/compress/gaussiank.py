@@ -42,13 +42,12 @@ import torch
 from torch import Tensor
 
 from ssgd.compress.base import Compressor
-from ssgd.compress.sparse import k_of
+from ssgd.compress.sparse import BlockPeaks, k_of
 from ssgd.payload import Sparse
 from ssgd.errors import BadArgument
 
 REFINEMENT_LOOPS = 3
 REFINEMENTS = ("released", "bisect")
-BLOCK = 32      # entries per block of `BlockPeaks` (smaller blocks: fewer candidates, slower reductions)
 
 
 @functools.lru_cache(maxsize=64)
@@ -84,51 +83,6 @@ def mean_std(u: Tensor) -> tuple[float, float]:
         std, m = torch.std_mean(flat.to(torch.float64))
         return float(m), float(std)
     return mean, math.sqrt(var)
-
-
-class BlockPeaks:
-    """The largest |u_j| of each block of `block` consecutive entries of the 1-D tensor u (the last
-    d mod block entries form a tail that is always visited), from one `amax` and one `amin` (two
-    reads of u, no d-sized temporary; `abs().amax()` would write one).
-
-    `above(thr)` equals `torch.nonzero(u.abs() > thr).view(-1)` (increasing positions; NaN entries
-    never pass) but visits only the blocks that can hold such an entry; `bounds(thr)` brackets its
-    length from the peaks alone.
-    """
-
-    def __init__(self, u: Tensor, block: int = BLOCK) -> None:
-        self.u, self.block = u, block
-        self.n = u.numel() // block * block
-        self.rows = u[:self.n].view(-1, block)
-        # max |u_j| per block, NaN when the block holds a NaN (amax/amin and maximum propagate it):
-        # such a block is always a candidate, and proves nothing
-        self.peak = torch.maximum(self.rows.amax(1), self.rows.amin(1).neg_())
-        self.tail = u[self.n:]
-        self.nan_free = not bool(self.peak.isnan().any())
-
-    def candidates(self, thr: float) -> Tensor:
-        """int64 increasing block numbers that may hold an entry with |u_j| > thr."""
-        if thr != thr:                                   # NaN threshold: nothing compares greater
-            return torch.zeros(0, dtype=torch.int64, device=self.u.device)
-        return torch.nonzero(self.peak > thr if self.nan_free else ~(self.peak <= thr)).view(-1)
-
-    def bounds(self, thr: float, cand: Tensor) -> tuple[int, int]:
-        """(lower, upper) bound of the number of entries with |u_j| > thr, given `candidates(thr)`:
-        every candidate block of NaN-free peaks holds at least one; none holds more than `block`."""
-        upper = cand.numel() * self.block + self.tail.numel()
-        return (cand.numel() if self.nan_free else 0), upper
-
-    def above(self, thr: float, cand: Tensor | None = None) -> Tensor:
-        """int64 increasing positions j with |u_j| > thr (`cand`: `candidates(thr)`, if known)."""
-        cand = self.candidates(thr) if cand is None else cand
-        vals = self.rows.index_select(0, cand).view(-1)           # about BLOCK * k entries, not d
-        hit = torch.nonzero(vals.abs_() > thr).view(-1)            # abs(NaN) > thr is False, as released
-        idx = cand.index_select(0, torch.div(hit, self.block, rounding_mode="floor")).mul_(self.block)
-        idx.add_(torch.remainder(hit, self.block))
-        if self.tail.numel():
-            tail = torch.nonzero(self.tail.abs() > thr).view(-1).add_(self.n)
-            idx = torch.cat([idx, tail])
-        return idx if thr == thr else idx[:0]
 
 
 class GaussianK(Compressor):

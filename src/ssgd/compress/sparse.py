@@ -1,4 +1,4 @@
-"""Selection helpers shared by the sparsifying compressors: k and exact Top-k.
+"""Selection helpers shared by the sparsifying compressors: k, exact Top-k and block peaks.
 
 The sparse value type is `ssgd.payload.Sparse` and its wire format `ssgd.comm.wire`; `sum_sparse`
 is re-exported here for callers that import it from this module (bench/threads_overhead.py).
@@ -10,14 +10,105 @@ from torch import Tensor
 
 from ssgd.payload import Sparse, sum_sparse
 
-__all__ = ["k_of", "select_topk", "sum_sparse"]
+__all__ = ["BlockPeaks", "k_of", "select_topk", "sum_sparse"]
 
 
 def select_topk(u: Tensor, k: int) -> Sparse:
-    """Exact Top-k by magnitude of the 1-D float tensor u (ties broken by torch.topk), in increasing
-    index order (the order gTop-k's merge walks; sorting k indices costs nothing next to the topk)."""
+    """Exact Top-k by magnitude of the 1-D float tensor u, in increasing index order (the order gTop-k's merge
+    walks). Ties at the k-th magnitude are broken by torch.topk (among the candidates, below).
+
+    On the CPU, for d >= TOPK_BLOCKS_FROM and k <= d / 32, through block peaks (`BlockPeaks`, as Gaussian-k's
+    threshold passes): t = the k-th largest of the d / B block maxima of |u| is a lower bound of the k-th
+    largest |u_j| (each of the k blocks with a peak >= t holds an entry >= t), so every Top-k entry lies in a
+    block whose peak is >= t. Only those blocks are visited, their entries >= t kept (about 1.0-1.2 k), and
+    torch.topk picks the k largest of them: the same set as torch.topk over all d entries, 5-8x faster at
+    d = 25M (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a GPU): torch.topk over all d."""
+    block = topk_block(u, k)
+    if block is None:
+        return select_topk_full(u, k)
+    peaks = BlockPeaks(u, block)
+    if not peaks.nan_free or bool(peaks.tail.isnan().any()):    # torch.topk ranks NaN first: keep its choice
+        return select_topk_full(u, k)
+    t = torch.topk(peaks.peak, k, sorted=False).values.min()
+    cand = torch.nonzero(peaks.peak >= t).view(-1)
+    mags = peaks.rows.index_select(0, cand).view(-1).abs_()
+    hit = torch.nonzero(mags >= t).view(-1)
+    pos = cand.index_select(0, torch.div(hit, block, rounding_mode="floor")).mul_(block).add_(hit.remainder(block))
+    mags = mags.index_select(0, hit)
+    if peaks.tail.numel():                               # the last d mod B entries: always visited
+        tail = peaks.tail.abs()
+        near = torch.nonzero(tail >= t).view(-1)
+        pos, mags = torch.cat([pos, near.add(peaks.n)]), torch.cat([mags, tail.index_select(0, near)])
+    idx = pos.index_select(0, torch.topk(mags, k, sorted=False).indices).sort().values
+    return Sparse(idx, u[idx], u.numel())
+
+
+TOPK_BLOCKS_FROM = 1 << 16    # below this d, torch.topk over all entries is as fast
+
+
+def topk_block(u: Tensor, k: int) -> int | None:
+    """Entries per block of `select_topk`'s block-peak path for u and k, or None for torch.topk over all d:
+    64 at density <= 1/256 (about 1.03 k candidates), 32 up to 1/32 (about 1.2 k at 0.01); smaller
+    blocks cost more in the two reductions than they save in candidates (measured, docs/hot-path.md)."""
+    d = u.numel()
+    if u.device.type != "cpu" or d < TOPK_BLOCKS_FROM or u.dim() != 1 or not u.is_contiguous():
+        return None
+    if 256 * k <= d:
+        return 64
+    return 32 if 32 * k <= d else None
+
+
+def select_topk_full(u: Tensor, k: int) -> Sparse:
     idx = torch.topk(u.abs(), k, sorted=False).indices.sort().values
     return Sparse(idx, u[idx], u.numel())
+
+
+BLOCK = 32      # entries per block of Gaussian-k's `BlockPeaks` (smaller blocks: fewer candidates, slower reductions)
+
+
+class BlockPeaks:
+    """The largest |u_j| of each block of `block` consecutive entries of the 1-D tensor u (the last
+    d mod block entries form a tail that is always visited), from one `amax` and one `amin` (two
+    reads of u, no d-sized temporary; `abs().amax()` would write one).
+
+    `above(thr)` equals `torch.nonzero(u.abs() > thr).view(-1)` (increasing positions; NaN entries
+    never pass) but visits only the blocks that can hold such an entry; `bounds(thr)` brackets its
+    length from the peaks alone.
+    """
+
+    def __init__(self, u: Tensor, block: int = BLOCK) -> None:
+        self.u, self.block = u, block
+        self.n = u.numel() // block * block
+        self.rows = u[:self.n].view(-1, block)
+        # max |u_j| per block, NaN when the block holds a NaN (amax/amin and maximum propagate it):
+        # such a block is always a candidate, and proves nothing
+        self.peak = torch.maximum(self.rows.amax(1), self.rows.amin(1).neg_())
+        self.tail = u[self.n:]
+        self.nan_free = not bool(self.peak.isnan().any())
+
+    def candidates(self, thr: float) -> Tensor:
+        """int64 increasing block numbers that may hold an entry with |u_j| > thr."""
+        if thr != thr:                                   # NaN threshold: nothing compares greater
+            return torch.zeros(0, dtype=torch.int64, device=self.u.device)
+        return torch.nonzero(self.peak > thr if self.nan_free else ~(self.peak <= thr)).view(-1)
+
+    def bounds(self, thr: float, cand: Tensor) -> tuple[int, int]:
+        """(lower, upper) bound of the number of entries with |u_j| > thr, given `candidates(thr)`:
+        every candidate block of NaN-free peaks holds at least one; none holds more than `block`."""
+        upper = cand.numel() * self.block + self.tail.numel()
+        return (cand.numel() if self.nan_free else 0), upper
+
+    def above(self, thr: float, cand: Tensor | None = None) -> Tensor:
+        """int64 increasing positions j with |u_j| > thr (`cand`: `candidates(thr)`, if known)."""
+        cand = self.candidates(thr) if cand is None else cand
+        vals = self.rows.index_select(0, cand).view(-1)           # about BLOCK * k entries, not d
+        hit = torch.nonzero(vals.abs_() > thr).view(-1)            # abs(NaN) > thr is False, as released
+        idx = cand.index_select(0, torch.div(hit, self.block, rounding_mode="floor")).mul_(self.block)
+        idx.add_(torch.remainder(hit, self.block))
+        if self.tail.numel():
+            tail = torch.nonzero(self.tail.abs() > thr).view(-1).add_(self.n)
+            idx = torch.cat([idx, tail])
+        return idx if thr == thr else idx[:0]
 
 
 def k_of(d: int, density: float) -> int:
