@@ -48,6 +48,7 @@ def test_submitit_local_sweep_writes_both_runs(tmp_path):
     results = sorted((sweep / ".submitit").glob("*/*_result.pkl"))
     assert len(results) == 2, sorted((sweep / ".submitit").rglob("*"))
     assert sum("final val accuracy" in p.read_text() for p in (sweep / ".submitit").glob("*/*_log.out")) == 2
+    assert "validated against ConfigStore schema" not in proc.stderr       # Hydra's harmless launcher warning
 
 
 def test_a_failed_submitit_point_fails_the_sweep(tmp_path):

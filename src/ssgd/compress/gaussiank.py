@@ -56,7 +56,7 @@ def normal_quantile(p: float) -> float:
     return torch.special.ndtri(torch.tensor(p, dtype=torch.float64)).item()
 
 
-STATS_CHUNK = 1 << 20      # entries per float64 chunk of mean_std (8 MiB of float64)
+STATS_CHUNK = 1 << 16      # entries per float64 chunk of mean_std: 512 KiB, cache-resident (1 << 20, 8 MiB: 3x slower)
 
 
 def mean_std(u: Tensor) -> tuple[float, float]:

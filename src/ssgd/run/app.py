@@ -42,7 +42,8 @@ from ssgd.run.startup import Phases, check_before_imports, print_profile, take_p
 from ssgd.run.sweep import PointFailed, record_failure  # noqa: E402
 
 # Hydra 1.3 warns that a launcher file named like the plugin's own schema is validated against it: harmless.
-warnings.filterwarnings("ignore", message=r"'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
+# (Its message starts with a newline, and `message` must match from the start.)
+warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 log = logging.getLogger("ssgd.train")   # Hydra routes it: stdout / stderr and <run dir>/train.log
 PHASES: dict[str, Phases] = {}          # this process's start-up timeline, made by `cli` (one per process)
 
