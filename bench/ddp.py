@@ -234,7 +234,8 @@ def worker(args: argparse.Namespace) -> None:
         if state is not None:
             state.close()
     if rank == 0:
-        out = {"P": P, "d": d, "hidden": args.hidden, "testbed": args.testbed, "density": args.density, "batch": args.batch, "bucket_cap_mb": args.bucket_cap_mb,
+        out = {"P": P, "d": d, "hidden": args.hidden, "testbed": args.testbed, "density": args.density,
+               "batch": args.batch, "bucket_cap_mb": args.bucket_cap_mb,
                "rows": rows, "series": series.to_json(), "torch_threads_per_rank": torch.get_num_threads()}
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     dist.barrier(group=bench_group)
@@ -261,9 +262,9 @@ def testbed_hosts() -> tuple[list[str], str, str] | str:
     return hostfile_slots(hostfile), str(agent), env.get("SSGD_TESTBED_BW", "?")
 
 
-def testbed_problem(Ps: list[int]) -> str | None:
-    """None when the testbed is up with a host for every rank of every P, else the one-line problem."""
-    found = testbed_hosts()
+def testbed_problem(Ps: list[int], found: tuple[list[str], str, str] | str) -> str | None:
+    """None when `found` (`testbed_hosts()`) is a testbed with a host for every rank of every P, else the
+    one-line problem."""
     if isinstance(found, str):
         return found
     if max(Ps) > len(found[0]):
@@ -271,25 +272,24 @@ def testbed_problem(Ps: list[int]) -> str | None:
     return None
 
 
-def rank_commands(P: int, common: list[str], env: dict[str, str], testbed: bool) -> list[list[str]]:
-    """Each rank's command: a local process, or with `testbed` one rank per testbed host, entered through the
-    testbed's agent (the lab's own multi-host launch, ssgd.run.launch_torch.remote_command), the rendezvous at
-    host 1's address."""
+def rank_commands(P: int, common: list[str], env: dict[str, str],
+                  testbed: tuple[list[str], str, str] | None) -> list[list[str]]:
+    """Each rank's command: a local process, or with `testbed` (`testbed_hosts()`) one rank per testbed host,
+    entered through the testbed's agent (the lab's own multi-host launch, ssgd.run.launch_torch.remote_command),
+    the rendezvous at host 1's address."""
     me = [sys.executable, str(Path(__file__).resolve()), *common]
-    if not testbed:
+    if testbed is None:
         return [[*me, "--rank", str(r), "--addr", "127.0.0.1"] for r in range(P)]
     from ssgd.run.launch_torch import remote_command
 
-    found = testbed_hosts()
-    if isinstance(found, str) or len(found[0]) < P:
-        raise RuntimeError(testbed_problem([P]))      # main() checked it: the testbed went down since
-    hosts, agent, _ = found
+    hosts, agent, _ = testbed
     keep = {k: env[k] for k in ("OMP_NUM_THREADS", "PYTHONPATH", "MALLOC_ARENA_MAX") if env.get(k)}
     return [remote_command(agent, hosts[r], keep, [*me, "--rank", str(r), "--addr", hosts[0]]) for r in range(P)]
 
 
-def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    """P worker processes; returns rank 0's JSON with the job's status and wall time."""
+def run_job(P: int, args: argparse.Namespace, tmp: Path, testbed: tuple[list[str], str, str] | None) -> dict[str, Any]:
+    """P worker processes (on `testbed`'s hosts when given); returns rank 0's JSON with the job's status and wall
+    time."""
     out = tmp / f"ddp_P{P}.json"
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1",
@@ -300,7 +300,7 @@ def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
               "--bucket-cap-mb", repr(args.bucket_cap_mb), "--loss-steps", str(args.loss_steps),
               "--tree-root", str(os.getpid()), "--hidden", str(args.hidden)] + (["--testbed"] if args.testbed else [])
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(argv, env=env, cwd=ROOT) for argv in rank_commands(P, common, env, args.testbed)]
+    procs = [subprocess.Popen(argv, env=env, cwd=ROOT) for argv in rank_commands(P, common, env, testbed)]
     status = "ok"
     for p in procs:
         try:
@@ -337,8 +337,8 @@ def table(job: dict[str, Any]) -> list[str]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    where = (f"gloo across the testbed's hosts ({result['testbed_bw']} links, one rank per host)" if result.get("testbed")
-             else "gloo on localhost")
+    where = (f"gloo across the testbed's hosts ({result['testbed_bw']} links, one rank per host)"
+             if result.get("testbed") else "gloo on localhost")
     parts = [f"Measured on {machine.one_line(result['machine'])}; {where}, 1 intra-op thread per rank.", ""]
     goal_max = GOAL_TESTBED if result.get("testbed") else GOAL
     for job in result["jobs"]:
@@ -359,19 +359,18 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def driver(args: argparse.Namespace) -> int:
+def driver(args: argparse.Namespace, testbed: tuple[list[str], str, str] | None) -> int:
     start = time.perf_counter()
-    bw = testbed_hosts()[2] if args.testbed else None     # main() checked that it is up
     jobs = []
     with tempfile.TemporaryDirectory(prefix="ssgd-bench-ddp-") as tmp:
         for P in args.P:
             print(f"[ddp] {P} gloo ranks{' on the testbed' if args.testbed else ''}, {args.rounds} rounds",
                   file=sys.stderr, flush=True)
-            job = run_job(P, args, Path(tmp))
+            job = run_job(P, args, Path(tmp), testbed)
             print(f"[ddp] P={P}: {job['status']}, {job['wall_s']:.1f} s", file=sys.stderr, flush=True)
             jobs.append(job)
     result = {"command": " ".join(["bench/ddp.py", *sys.argv[1:]]), "quick": args.quick, "testbed": args.testbed,
-              "testbed_bw": bw,
+              "testbed_bw": testbed[2] if testbed else None,
               "settings": {"rounds": args.rounds, "retries": args.retries,
                            "noise_threshold_cores": args.noise_threshold,
                            "min_round_s": args.min_round_s, "P": args.P, "density": args.density},
@@ -441,11 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         worker(args)
         return 0
     sys.path.insert(0, str(ROOT / "src"))       # ssgd.run.launch_torch's hostfile reader and agent command
-    problem = testbed_problem(args.P) if args.testbed else None
+    found = testbed_hosts() if args.testbed else None
+    problem = testbed_problem(args.P, found) if args.testbed else None
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    return driver(args)
+    return driver(args, found)
 
 
 if __name__ == "__main__":

@@ -513,19 +513,20 @@ def test_ddp_bench_on_the_testbed_runs_one_rank_per_host_through_its_agent(tmp_p
 
     ddp = load("ddp")
     monkeypatch.setattr(ddp, "TESTBED", tmp_path)
-    assert ddp.testbed_problem([2]).startswith("--testbed: the testbed is not up (")
+    assert ddp.testbed_problem([2], ddp.testbed_hosts()).startswith("--testbed: the testbed is not up (")
     (tmp_path / "env").write_text("SSGD_TESTBED_P=3\nSSGD_TESTBED_BW=1gbit\n")
     (tmp_path / "hosts").write_text("10.98.0.1 slots=1\n10.98.0.2 slots=1\n10.98.0.3 slots=1\n")
     (tmp_path / "agent").write_text("#!/bin/sh\n")
-    assert ddp.testbed_problem([2, 3]) is None
-    assert ddp.testbed_problem([2, 4]) == "--P 2 4: the testbed has 3 hosts (make testbed-up P=4)"
-    commands = ddp.rank_commands(3, ["--worker"], {"OMP_NUM_THREADS": "1", "HOME": "/x"}, testbed=True)
+    found = ddp.testbed_hosts()
+    assert ddp.testbed_problem([2, 3], found) is None
+    assert ddp.testbed_problem([2, 4], found) == "--P 2 4: the testbed has 3 hosts (make testbed-up P=4)"
+    commands = ddp.rank_commands(3, ["--worker"], {"OMP_NUM_THREADS": "1", "HOME": "/x"}, found)
     for r, argv in enumerate(commands):
         assert argv[:2] == [str(tmp_path / "agent"), f"10.98.0.{r + 1}"] and len(argv) == 3
         remote = shlex.split(argv[2])
         assert remote[:3] == ["exec", "env", "OMP_NUM_THREADS=1"] and "HOME=/x" not in remote
         assert remote[-4:] == ["--rank", str(r), "--addr", "10.98.0.1"]
-    local = ddp.rank_commands(2, ["--worker"], {}, testbed=False)
+    local = ddp.rank_commands(2, ["--worker"], {}, None)
     assert [argv[-4:] for argv in local] == [["--rank", "0", "--addr", "127.0.0.1"], ["--rank", "1", "--addr",
                                                                                        "127.0.0.1"]]
 
