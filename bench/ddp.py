@@ -39,6 +39,15 @@ papers are about, at a ResNet-50-sized MLP (goal there, issue 23: gTop-k at most
 
     .venv/bin/python bench/ddp.py --testbed --hidden 4608 --density 0.001 --rounds 5     # d = 24.9M (~4 min)
 
+With a paper model replayed (`--replay PROFILE`, `ssgd.models.Replay`: the profile's layer sizes, its
+per-layer GPU compute slept in backward order, so DDP's buckets overlap a real backward's duration) the
+same hooks run on the model's gradients, bucket by bucket as DDP hands them over; PowerSGD and the small
+buckets are left out (the replay's parameters are 1-D, which PowerSGD sends uncompressed), gTop-k runs
+asynchronous and blocking. Besides the step times it prints eff = t_single / step, t_single the profile's
+single-worker step (the gTop-k paper's scaling efficiency, measured with this machine's CPU selection):
+
+    .venv/bin/python bench/ddp.py --testbed --replay resnet50 --density 0.001 --rounds 5     # (~2 min)
+
 The script is driver and worker: the driver starts P workers (`--worker`) on a free localhost port (with
 --testbed: through the testbed's agent, one per host, the rendezvous at host 1) under --timeout, prints the
 table and writes <--out-dir>/ddp.json (ddp_testbed.json with --testbed; _quick with --quick).
@@ -74,7 +83,11 @@ GOAL_ITEM = "gtopk"
 LABELS = {"allreduce": "none (allreduce)", "fp16": "fp16_compress_hook",
           "powersgd": "PowerSGD rank 4 (one bucket)", "gtopk": "ssgd.ddp gTop-k, async",
           "gtopk_small": "ssgd.ddp gTop-k, async, small buckets", "gtopk_small_blocking":
-          "ssgd.ddp gTop-k, blocking, small buckets", "topk": "ssgd.ddp Top-k, async"}
+          "ssgd.ddp gTop-k, blocking, small buckets", "topk": "ssgd.ddp Top-k, async",
+          "gtopk_blocking": "ssgd.ddp gTop-k, blocking"}
+MLP_MODELS = ("allreduce", "fp16", "powersgd", "gtopk", "gtopk_small", "gtopk_small_blocking", "topk")
+REPLAY_MODELS = ("allreduce", "fp16", "gtopk", "gtopk_blocking", "topk")
+REPLAY_BATCH_BANK = 256      # replay: random images per rank (their values only pick the gradients' roll)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,15 +141,29 @@ def worker(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://{args.addr}:{args.port}", rank=rank, world_size=P,
                             timeout=timedelta(seconds=120))
     bench_group = dist.new_group(backend="gloo")      # the harness's own collectives, apart from DDP's
-    x, y = mnist_data()
-    x = torch.tensor(x, dtype=torch.float32) / 255.0
-    y = torch.tensor(y, dtype=torch.int64)
+    if args.replay:
+        from ssgd.data.base import DataSpec
+        from ssgd.models.replay import Replay
+
+        spec = DataSpec("image", (3, 32, 32), 10, "random images")
+        g = torch.Generator().manual_seed(2000 + rank)
+        x, y = torch.randn(REPLAY_BATCH_BANK, 3, 32, 32, generator=g), torch.randint(10, (REPLAY_BATCH_BANK,), generator=g)
+
+        def build() -> Any:
+            return Replay(spec, args.replay)
+    else:
+        x, y = mnist_data()
+        x = torch.tensor(x, dtype=torch.float32) / 255.0
+        y = torch.tensor(y, dtype=torch.int64)
+
+        def build() -> Any:
+            return mlp(args.hidden)
     torch.manual_seed(0)
-    init = mlp(args.hidden).state_dict()
+    init = build().state_dict()
     d = sum(v.numel() for v in init.values())
 
     def make(name: str) -> dict[str, Any]:
-        net = mlp(args.hidden)
+        net = build()
         net.load_state_dict(init)
         state = None
         if name == "powersgd":
@@ -155,7 +182,7 @@ def worker(args: argparse.Namespace) -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         return {"model": model, "opt": opt, "state": state, "step": 0, "losses": []}
 
-    names = list(LABELS)
+    names = list(REPLAY_MODELS if args.replay else MLP_MODELS)
     models = {name: make(name) for name in names}
     order = torch.Generator().manual_seed(1000 + rank)
     picks: list[torch.Tensor] = []
@@ -208,7 +235,8 @@ def worker(args: argparse.Namespace) -> None:
             step(name)
     sent = {name: 0 for name in names}
     for name in ("fp16", "powersgd"):
-        sent[name] = counted_bytes(name)
+        if name in models:
+            sent[name] = counted_bytes(name)
     sent["allreduce"] = 4 * d
     step("allreduce")                      # so that every model has taken the same steps
     before = {name: models[name]["state"].stats.bytes_sent for name in names if models[name]["state"] is not None}
@@ -234,7 +262,13 @@ def worker(args: argparse.Namespace) -> None:
         if state is not None:
             state.close()
     if rank == 0:
-        out = {"P": P, "d": d, "hidden": args.hidden, "testbed": args.testbed, "density": args.density,
+        single = None
+        if args.replay:
+            from ssgd.perf import profiles
+
+            single = profiles.load(args.replay).single_worker_seconds()
+        out = {"P": P, "d": d, "hidden": args.hidden, "replay": args.replay, "single_s": single,
+               "testbed": args.testbed, "density": args.density,
                "batch": args.batch, "bucket_cap_mb": args.bucket_cap_mb,
                "rows": rows, "series": series.to_json(), "torch_threads_per_rank": torch.get_num_threads()}
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
@@ -298,7 +332,8 @@ def run_job(P: int, args: argparse.Namespace, tmp: Path, testbed: tuple[list[str
               "--retries", str(args.retries), "--noise-threshold", repr(args.noise_threshold), "--min-round-s",
               repr(args.min_round_s), "--density", repr(args.density), "--batch", str(args.batch),
               "--bucket-cap-mb", repr(args.bucket_cap_mb), "--loss-steps", str(args.loss_steps),
-              "--tree-root", str(os.getpid()), "--hidden", str(args.hidden)] + (["--testbed"] if args.testbed else [])
+              "--tree-root", str(os.getpid()), "--hidden", str(args.hidden)] + (["--testbed"] if args.testbed else []) \
+        + (["--replay", args.replay] if args.replay else [])
     t0 = time.perf_counter()
     procs = [subprocess.Popen(argv, env=env, cwd=ROOT) for argv in rank_commands(P, common, env, testbed)]
     status = "ok"
@@ -324,14 +359,17 @@ def table(job: dict[str, Any]) -> list[str]:
     """One markdown table of a job: every hook's step time, ratio to allreduce, bytes and loss."""
     series = harness.Series.from_json(job["series"])
     noisy = series.noisy
+    single = job.get("single_s")                   # replay: the profile's single-worker step
+    last = "eff = t_single / step" if single else "train loss"
     lines = ["| hook | ms/step, median [min-max] over rounds | / allreduce per round | bytes/step (rank 0) | "
-             "train loss | buckets (ssgd) |", "|---|---|---|---|---|---|"]
+             f"{last} | buckets (ssgd) |", "|---|---|---|---|---|---|"]
     for name, row in job["rows"].items():
         s = series.spread(name)
         ratio = harness.ratio_cell(series.ratio(name, BASE), noisy) if name != BASE else "1"
         buckets = "" if row["buckets"] is None else f"{row['buckets']} ({row['calls_per_step']:.3g} calls/step)"
+        end = f"{single / s.median:.3f}" if single else f"{row['train_loss']:.3f}"
         lines.append(f"| {row['label']} | {harness.time_cell(s.median, noisy)} [{harness.fmt_num(1e3 * s.lo)}-"
-                     f"{harness.fmt_num(1e3 * s.hi)}] | {ratio} | {row['bytes_per_step']:,} | {row['train_loss']:.3f} "
+                     f"{harness.fmt_num(1e3 * s.hi)}] | {ratio} | {row['bytes_per_step']:,} | {end} "
                      f"| {buckets} |")
     return lines
 
@@ -348,13 +386,19 @@ def markdown(result: dict[str, Any]) -> str:
         series = harness.Series.from_json(job["series"])
         goal = series.ratio(GOAL_ITEM, BASE)
         verdict = ("met" if goal.median <= goal_max else "not met") + harness.mark(series.noisy)
-        parts += [f"P = {job['P']}, d = {job['d']:,}, density {job['density']}, {job['batch']} samples per rank per "
-                  f"step, small buckets = bucket_cap_mb {job['bucket_cap_mb']:g} with find_unused_parameters, "
+        if job.get("replay"):
+            what = (f"the {job['replay']} profile replayed (compute slept, t_single = {1e3 * job['single_s']:.1f} ms), "
+                    f"DDP's default buckets")
+            verdict_line = f"gTop-k (async) / allreduce: {harness.ratio_cell(goal, series.noisy)} (no goal)."
+        else:
+            what = (f"{job['batch']} samples per rank per step, small buckets = bucket_cap_mb {job['bucket_cap_mb']:g} "
+                    f"with find_unused_parameters")
+            verdict_line = (f"Goal: gTop-k (async, default buckets) / allreduce <= {goal_max:.3g}: "
+                            f"{harness.ratio_cell(goal, series.noisy)}, {verdict}.")
+        parts += [f"P = {job['P']}, d = {job['d']:,}, density {job['density']}, {what}, "
                   f"{job['rows'][BASE]['steps']} steps per model. Settings: {harness.settings_line(series)}; "
                   f"other CPU: {harness.noise_cell(series)}.",
-                  "", *table(job), "",
-                  f"Goal: gTop-k (async, default buckets) / allreduce <= {goal_max:.3g}: "
-                  f"{harness.ratio_cell(goal, series.noisy)}, {verdict}.", ""]
+                  "", *table(job), "", verdict_line, ""]
     parts.append(result["noise_method"])
     return "\n".join(parts) + "\n"
 
@@ -379,7 +423,7 @@ def driver(args: argparse.Namespace, testbed: tuple[list[str], str, str] | None)
               "jobs": jobs}
     print(markdown(result))
     print(f"total runtime {result['total_runtime_s']:.1f} s")
-    stem = "ddp_testbed" if args.testbed else "ddp"
+    stem = ("ddp_testbed" if args.testbed else "ddp") + (f"_replay_{args.replay}" if args.replay else "")
     path = Path(args.json) if args.json else args.out_dir / (f"{stem}_quick.json" if args.quick else f"{stem}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
@@ -403,6 +447,11 @@ def problem_of(args: argparse.Namespace) -> str | None:
         return f"--loss-steps {args.loss_steps}: must be >= 1"
     if args.hidden < 1:
         return f"--hidden {args.hidden}: must be >= 1"
+    if args.replay is not None:
+        from ssgd.perf import profiles
+
+        if args.replay not in profiles.names():
+            return f"--replay {args.replay}: not a shipped profile; allowed: {', '.join(profiles.names())}"
     return harness.noise_problem(args)
 
 
@@ -418,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loss-steps", type=int, default=10, help="train loss = mean of the last this many steps")
     ap.add_argument("--hidden", type=int, default=512,
                     help="the MLP's hidden width: 512 -> d = 669,706 (default); 4608 -> d = 24,901,642 (~ResNet-50)")
+    ap.add_argument("--replay", metavar="PROFILE",
+                    help="a paper model replayed instead of the MLP (ssgd.models.Replay): resnet20, vgg16, alexnet, "
+                         "resnet50, lstm_ptb")
     ap.add_argument("--testbed", action="store_true",
                     help="one rank per host of the 1 GbE testbed (make testbed-up; docs/testbed.md), not localhost")
     harness.add_noise_arguments(ap)

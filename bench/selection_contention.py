@@ -7,7 +7,8 @@ only where the passes get their cores. For d (default 25M, --quick 1M) and each 
 
     (quiet | busy) x (1 | 2 torch threads)
 
-this times `compress(u, density)` of Top-k, Gaussian-k, Random-k and DGC sampling on the same
+this times `compress(u, density)` of Top-k (`topk`: torch.topk over all d, the papers' baseline;
+`topk_blocks`: the lab's, through block peaks), Gaussian-k, Random-k and DGC sampling on the same
 u ~ N(0, 1), interleaved in rounds by bench/harness.py (`bench/selection.py`'s `time_selectors`: one
 warm-up round, calls repeated until a round lasts >= --min-round-s, other processes' CPU measured per
 round, a round over --noise-threshold cores repeated, then marked noisy). "busy": a spinning child
@@ -40,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import harness  # noqa: E402
 import selection  # noqa: E402
 
-METHODS = ("topk", "gaussiank", "randomk", "dgcsampling")
+METHODS = ("topk", "topk_blocks", "gaussiank", "randomk", "dgcsampling")
 LOADS = ("quiet", "busy")
 THREADS = (1, 2)
 FULL_D, QUICK_D = 25_000_000, 1_000_000

@@ -462,8 +462,8 @@ def test_ddp_bench_trains_every_hook_in_the_same_rounds_on_2_and_3_ranks(tmp_pat
     assert [j["P"] for j in jobs] == [2, 3]
     for job in jobs:
         rows = job["rows"]
-        assert job["d"] == d == 669_706 and list(rows) == list(ddp.LABELS)
-        assert job["series"]["names"] == list(ddp.LABELS) and len(job["series"]["rounds"]) == 1
+        assert job["d"] == d == 669_706 and list(rows) == list(ddp.MLP_MODELS)
+        assert job["series"]["names"] == list(ddp.MLP_MODELS) and len(job["series"]["rounds"]) == 1
         assert len({r["steps"] for r in rows.values()}) == 1          # every model took the same steps
         assert (rows["allreduce"]["bytes_per_step"], rows["fp16"]["bytes_per_step"],
                 rows["powersgd"]["bytes_per_step"]) == (4 * d, 2 * d, powersgd == 49_608 and powersgd)
@@ -471,6 +471,26 @@ def test_ddp_bench_trains_every_hook_in_the_same_rounds_on_2_and_3_ranks(tmp_pat
         assert rows["gtopk_small"]["bytes_per_step"] == rows["gtopk_small_blocking"]["bytes_per_step"]
         assert all(0 < r["train_loss"] < 10 for r in rows.values())
     assert "| ssgd.ddp gTop-k, async |" in proc.stdout and "Goal: gTop-k (async, default buckets)" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ddp_bench_replays_a_paper_model_through_every_hook(tmp_path):
+    """--replay: the profile's d and layers (one parameter per layer), the replay's hooks (no PowerSGD, no
+    small buckets), eff = the profile's single-worker step / the measured step in the table."""
+    from ssgd.perf import profiles
+
+    out = tmp_path / "ddp.json"
+    proc = run("ddp.py", "--replay", "resnet20", "--rounds", "1", "--retries", "0", "--min-round-s", "0",
+               "--density", "0.01", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = load("ddp")
+    prof = profiles.load("resnet20")
+    (job,) = json.loads(out.read_text())["jobs"]
+    assert job["replay"] == "resnet20" and job["d"] == sum(prof.params) and job["single_s"] == prof.single_worker_seconds()
+    assert list(job["rows"]) == list(ddp.REPLAY_MODELS)
+    assert job["rows"]["allreduce"]["bytes_per_step"] == 4 * job["d"]
+    assert job["rows"]["gtopk"]["bytes_per_step"] == job["rows"]["gtopk_blocking"]["bytes_per_step"] > 0
+    assert "eff = t_single / step" in proc.stdout and "(no goal)" in proc.stdout
 
 
 def test_ddp_bench_marks_every_time_of_a_noisy_measurement():
@@ -499,6 +519,8 @@ def test_ddp_bench_marks_every_time_of_a_noisy_measurement():
     (["--bucket-cap-mb", "0"], "error: --bucket-cap-mb 0.0: must be > 0\n"),
     (["--retries", "-1"], "error: --retries -1: must be >= 0\n"),
     (["--hidden", "0"], "error: --hidden 0: must be >= 1\n"),
+    (["--replay", "resnet"], "error: --replay resnet: not a shipped profile; allowed: alexnet, lstm_ptb, resnet20, "
+                             "resnet50, vgg16\n"),
 ])
 def test_bad_ddp_bench_arguments_are_one_line_errors(args, message, tmp_path):
     proc = run("ddp.py", *args, "--out-dir", str(tmp_path))

@@ -166,3 +166,20 @@ def test_cuda_selects_what_the_cpu_selects():
     cpu = DGCSampling(torch.Generator().manual_seed(11)).compress(u, 0.001)
     gpu = DGCSampling(torch.Generator().manual_seed(11)).compress(u.cuda(), 0.001)
     assert gpu.idx.is_cuda and as_set(gpu.idx.cpu()) == as_set(cpu.idx)
+
+
+@pytest.mark.parametrize("nan", [False, True])
+@pytest.mark.parametrize("density", [0.001, 0.004, 0.02])
+def test_large_vectors_through_the_block_peaks_equal_the_released_algorithm(density, nan):
+    """d >= 65,536: the survivors are counted through block peaks, and where those prove more than 4k/3
+    (the released k at density < 1 %) the exact top-k comes from the same peaks; a NaN disables that."""
+    d = 300_001
+    u = vector("laplace", d, 7)
+    if nan:
+        u[[5, 70_000, d - 1]] = float("nan")
+    k = max(int(d * density), 1)
+    size = min(d, max(int(0.01 * d), k))
+    positions = torch.randint(d, (size,), generator=torch.Generator().manual_seed(9))
+    s = DGCSampling(torch.Generator().manual_seed(9)).compress(u, density)
+    assert as_set(s.idx) == as_set(released_dgcsampling(u, density, positions, k))
+    assert torch.equal(s.val, u[s.idx]) and not bool(s.val.isnan().any())

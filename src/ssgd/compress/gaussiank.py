@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from ssgd.compress.base import Compressor
-from ssgd.compress.sparse import BlockPeaks, k_of
+from ssgd.compress.sparse import BlockPeaks, float64_sums, k_of
 from ssgd.payload import Sparse
 from ssgd.errors import BadArgument
 
@@ -56,31 +56,21 @@ def normal_quantile(p: float) -> float:
     return torch.special.ndtri(torch.tensor(p, dtype=torch.float64)).item()
 
 
-STATS_CHUNK = 1 << 16      # entries per float64 chunk of mean_std: 512 KiB, cache-resident (1 << 20, 8 MiB: 3x slower)
-
-
-def mean_std(u: Tensor) -> tuple[float, float]:
-    """mean and (unbiased, as torch.std) standard deviation of u, accumulated in float64.
-
-    The sum and the sum of squares are taken over float64 copies of chunks of STATS_CHUNK entries,
-    so the statistics equal a float64 torch.std_mean to ~1e-15 relative at any d; float32 sums
-    drift (a float32 dot's relative error is ~6e-4 at d = 2.5e7), which moves the threshold of
-    Gaussian-k (arXiv:1911.08772, see the module docstring) and hence the selected set. When the variance is tiny next to the
-    mean square (cancellation would cost digits), falls back to a float64 torch.std_mean.
+def mean_std(u: Tensor, sums: tuple[float, float] | None = None) -> tuple[float, float]:
+    """mean and (unbiased, as torch.std) standard deviation of u, from its float64 sum and sum of squares
+    (`sums`, else `float64_sums(u)`), so the statistics equal a float64 torch.std_mean to ~1e-14 relative
+    at any d; float32 sums drift, which moves the threshold of Gaussian-k (arXiv:1911.08772, see the
+    module docstring) and hence the selected set. When the variance is tiny next to the mean square
+    (cancellation would cost digits), falls back to a float64 torch.std_mean.
     """
     n = u.numel()
     if n < 2:
         return float(u.sum(dtype=torch.float64)) / max(n, 1), 0.0
-    flat = u.reshape(-1)
-    total, squares = 0.0, 0.0
-    for c in flat.split(STATS_CHUNK):
-        c64 = c.to(torch.float64)
-        total += float(c64.sum())
-        squares += float(torch.dot(c64, c64))
+    total, squares = float64_sums(u) if sums is None else sums
     mean = total / n
     var = (squares - total * mean) / (n - 1)
     if not var > 1e-8 * squares / n:          # also catches NaN / inf
-        std, m = torch.std_mean(flat.to(torch.float64))
+        std, m = torch.std_mean(u.reshape(-1).to(torch.float64))
         return float(m), float(std)
     return mean, math.sqrt(var)
 
@@ -106,10 +96,10 @@ class GaussianK(Compressor):
 
     def compress(self, u: Tensor, density: float) -> Sparse:
         k = k_of(u.numel(), density)
-        mean, std = mean_std(u)
+        peaks = BlockPeaks(u, sums=True)
+        mean, std = mean_std(u, peaks.sums)
         thr = mean + normal_quantile(1.0 - density / 2) * std
         many, few = math.nan, math.nan        # bisect: last thresholds that kept too many / too few
-        peaks = BlockPeaks(u)
         for i in range(self.loops):
             cand = peaks.candidates(thr)
             lower, upper = peaks.bounds(thr, cand)

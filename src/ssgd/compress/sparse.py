@@ -10,12 +10,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+import ssgd.comm.native as native
 from ssgd.payload import Sparse, sum_sparse
 
-__all__ = ["BlockPeaks", "k_of", "select_topk", "sum_sparse"]
+__all__ = ["BlockPeaks", "float64_sums", "k_of", "select_topk", "sum_sparse"]
 
 
-def select_topk(u: Tensor, k: int) -> Sparse:
+def select_topk(u: Tensor, k: int, peaks: "BlockPeaks | None" = None) -> Sparse:
     """Exact Top-k by magnitude of the 1-D float tensor u, in increasing index order (the order gTop-k's merge
     walks). Ties at the k-th magnitude are broken by torch.topk (among the candidates, below).
 
@@ -25,11 +26,12 @@ def select_topk(u: Tensor, k: int) -> Sparse:
     block whose peak is >= t. Only those blocks are visited, their entries >= t kept (about 1.0-1.2 k), and
     torch.topk picks the k largest of them: the same set as torch.topk over all d entries, 7.7x faster at
     d = 25M on one thread, 12x on two (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
-    GPU): torch.topk over all d."""
+    GPU): torch.topk over all d. `peaks`: u's `BlockPeaks`, if known (used when its block is `topk_block`'s)."""
     block = topk_block(u, k)
     if block is None:
         return select_topk_full(u, k)
-    peaks = BlockPeaks(u, block)
+    if peaks is None or peaks.u is not u or peaks.block != block:
+        peaks = BlockPeaks(u, block)
     if not peaks.nan_free or bool(peaks.tail.isnan().any()):    # torch.topk ranks NaN first: keep its choice
         return select_topk_full(u, k)
     t = torch.topk(peaks.peak, k, sorted=False).values.min()
@@ -61,24 +63,53 @@ def select_topk_full(u: Tensor, k: int) -> Sparse:
 BLOCK = 32      # entries per block of Gaussian-k's `BlockPeaks` (smaller blocks: fewer candidates, slower reductions)
 
 
+STATS_CHUNK = 1 << 16      # entries per float64 chunk of float64_sums: 512 KiB, cache-resident (1 << 20, 8 MiB: 3x slower)
+
+
+def float64_sums(u: Tensor) -> tuple[float, float]:
+    """(sum of u_j, sum of u_j * u_j) over all entries of u, accumulated in float64: ~1e-14 relative of
+    the exact sums at any d, where float32 sums drift (a float32 dot's relative error is ~6e-4 at
+    d = 2.5e7). On a float32 CPU vector the C kernel's fixed order (`ssgd.comm.native.float64_sums`, the
+    bits `BlockPeaks(u, sums=True).sums` has), else torch operations on float64 copies of chunks of
+    STATS_CHUNK entries."""
+    found = native.float64_sums(u) if u.dim() == 1 else None
+    if found is not None:
+        return found
+    total, squares = 0.0, 0.0
+    for c in u.reshape(-1).split(STATS_CHUNK):
+        c64 = c.to(torch.float64)
+        total += float(c64.sum())
+        squares += float(torch.dot(c64, c64))
+    return total, squares
+
+
 class BlockPeaks:
     """The largest |u_j| of each block of `block` consecutive entries of the 1-D tensor u (the last
-    d mod block entries form a tail that is always visited), from one `amax` and one `amin` (two
-    reads of u, no d-sized temporary; `abs().amax()` would write one).
+    d mod block entries form a tail that is always visited), and with `sums` u's float64 `float64_sums`.
+
+    On a float32 CPU u the C kernel (`ssgd.comm.native.block_peaks`) reads u once for both (3.5 ms at
+    d = 25M; its sums are in a fixed order of its own, equal to `float64_sums` to ~1e-14 relative);
+    elsewhere one `amax` and one `amin` (two reads of u, no d-sized temporary; `abs().amax()` would
+    write one), and `float64_sums`. The peaks are the same either way (a NaN in a block makes its peak NaN).
 
     `above(thr)` equals `torch.nonzero(u.abs() > thr).view(-1)` (increasing positions; NaN entries
     never pass) but visits only the blocks that can hold such an entry; `bounds(thr)` brackets its
     length from the peaks alone.
     """
 
-    def __init__(self, u: Tensor, block: int = BLOCK) -> None:
+    def __init__(self, u: Tensor, block: int = BLOCK, sums: bool = False) -> None:
         self.u, self.block = u, block
         self.n = u.numel() // block * block
         self.rows = u[:self.n].view(-1, block)
-        # max |u_j| per block, NaN when the block holds a NaN (amax/amin and maximum propagate it):
-        # such a block is always a candidate, and proves nothing
-        self.peak = torch.maximum(self.rows.amax(1), self.rows.amin(1).neg_())
         self.tail = u[self.n:]
+        found = native.block_peaks(u, block, sums) if block in native.PEAK_BLOCKS else None
+        if found is not None:
+            self.peak, self.sums = found
+        else:
+            # max |u_j| per block, NaN when the block holds a NaN (amax/amin and maximum propagate it):
+            # such a block is always a candidate, and proves nothing
+            self.peak = torch.maximum(self.rows.amax(1), self.rows.amin(1).neg_())
+            self.sums = float64_sums(u) if sums else None
         self.nan_free = not bool(self.peak.isnan().any())
 
     def candidates(self, thr: float) -> Tensor:

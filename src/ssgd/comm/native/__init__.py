@@ -1,15 +1,20 @@
-"""The one C kernel of the package: the gTop-k tree merge at O(k) (`gtopk_merge.c`).
+"""The package's C kernels, one shared library built from the sources of this folder:
 
-`merge(a_idx, a_val, b_idx, b_val, k, trace)` runs it on CPU tensors; `available()` says whether it
-can (else `ssgd.comm.gtopk` uses its torch implementation, with the same results bit for bit).
+- `gtopk_merge.c`: the gTop-k tree merge at O(k). `merge(a_idx, a_val, b_idx, b_val, k, trace)` runs
+  it on CPU tensors (else `ssgd.comm.gtopk` uses its torch implementation, with the same results bit
+  for bit).
+- `block_peaks.c`: the largest |u_j| of every block of u and u's float64 sum and sum of squares, in one
+  read of u (`block_peaks(u, block, sums)`; else `ssgd.compress.sparse.BlockPeaks` uses torch
+  reductions: the same peaks, and statistics equal to ~1e-14 relative).
 
-The shared library is compiled from `gtopk_merge.c` with the system C compiler (`cc -O2`, under a
-second) by `make setup`, or on first use when it is missing, into this folder (or, when the package
-folder is read-only, as in a system-wide install, into `$XDG_CACHE_HOME/ssgd`, default `~/.cache/ssgd`) as
-`_gtopk_merge-<hash of the source>.so` (a changed source gets a new file; concurrent builds by
-several ranks each write their own temporary file and rename it into place). It is called through
-ctypes on tensors that torch allocates; nothing is copied. `SSGD_NATIVE=0` turns it off. Without a
-C compiler the torch merge is used, with one warning per process.
+`available()` says whether they can run. The shared library is compiled from the sources with the
+system C compiler (`cc -O2`, under a second) by `make setup`, or on first use when it is missing,
+into this folder (or, when the package folder is read-only, as in a system-wide install, into
+`$XDG_CACHE_HOME/ssgd`, default `~/.cache/ssgd`) as `_ssgd_native-<hash of the sources>.so` (a changed
+source gets a new file; concurrent builds by several ranks each write their own temporary file and
+rename it into place). It is called through ctypes on tensors that torch allocates; nothing is
+copied. `SSGD_NATIVE=0` turns it off. Without a C compiler the torch paths are used, with one
+warning per process.
 """
 from __future__ import annotations
 
@@ -28,6 +33,9 @@ from torch import Tensor
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "gtopk_merge.c"
+SOURCES = (SOURCE, HERE / "block_peaks.c")
+PREFIX = "_ssgd_native-"
+STALE = ("_ssgd_native-*.so", "_gtopk_merge-*.so")   # older builds, and the library's earlier name
 log = logging.getLogger(__name__)
 
 _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
@@ -41,8 +49,8 @@ def build_dir() -> Path:
 
 
 def library_path() -> Path:
-    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    name = f"_gtopk_merge-{digest}.so"
+    digest = hashlib.sha1(b"".join(src.read_bytes() for src in SOURCES)).hexdigest()[:12]
+    name = f"{PREFIX}{digest}.so"
     built_here = HERE / name
     return built_here if built_here.exists() else build_dir() / name
 
@@ -55,23 +63,24 @@ def build(force: bool = False) -> Path:
         return target
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise RuntimeError("no C compiler (cc or gcc, or $CC) to build ssgd/comm/native/gtopk_merge.c")
+        raise RuntimeError("no C compiler (cc or gcc, or $CC) to build the C kernels of ssgd/comm/native")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([cc, "-O2", "-std=c99", "-shared", "-fPIC", str(SOURCE), "-o", tmp],
+        done = subprocess.run([cc, "-O2", "-std=c99", "-ffp-contract=off", "-shared", "-fPIC", *map(str, SOURCES), "-o", tmp],
                               capture_output=True, text=True)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no output"])[0]
-            raise RuntimeError(f"building ssgd/comm/native/gtopk_merge.c with {cc} failed: {first}")
+            raise RuntimeError(f"building the C kernels of ssgd/comm/native with {cc} failed: {first}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    for stale in target.parent.glob("_gtopk_merge-*.so"):      # builds of older sources
-        if stale != target:
-            stale.unlink(missing_ok=True)
+    for pattern in STALE:                                      # builds of older sources
+        for stale in target.parent.glob(pattern):
+            if stale != target:
+                stale.unlink(missing_ok=True)
     return target
 
 
@@ -82,17 +91,23 @@ def _library() -> ctypes.CDLL | None:
     try:
         lib = ctypes.CDLL(str(build()))
     except (OSError, RuntimeError) as err:
-        log.warning("the C gTop-k merge is unavailable (%s); using the torch merge, several times slower "
-                    "at large k", err)
+        log.warning("the C kernels are unavailable (%s); using the torch gTop-k merge (several times slower "
+                    "at large k) and torch block peaks (5x slower)", err)
         return None
     fn = lib.ssgd_gtopk_merge
     fn.restype = _i64
     fn.argtypes = [_ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
+    fn = lib.ssgd_block_peaks
+    fn.restype = None
+    fn.argtypes = [_ptr, _i64, _i64, _ptr, _ptr]
+    fn = lib.ssgd_float64_sums
+    fn.restype = None
+    fn.argtypes = [_ptr, _i64, _ptr]
     return lib
 
 
 def available() -> bool:
-    """Whether `merge` can run here (the library loads, and SSGD_NATIVE is not 0)."""
+    """Whether `merge` and `block_peaks` can run here (the library loads, and SSGD_NATIVE is not 0)."""
     return _library() is not None
 
 
@@ -134,3 +149,38 @@ def merge(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: int,
         return None
     return (out_idx[:m], out_val[:m], n.value, into_a, into_b,
             kept[:m] if trace and n.value > k else None)
+
+
+PEAK_BLOCKS = tuple(1 << e for e in range(3, 17))    # block_peaks.c: a power of two from LANES (8) to CHUNK
+
+
+def _float32_vector(u: Tensor) -> bool:
+    return u.dtype == torch.float32 and u.device.type == "cpu" and u.dim() == 1 and u.is_contiguous()
+
+
+def block_peaks(u: Tensor, block: int, sums: bool = False) -> tuple[Tensor, tuple[float, float] | None] | None:
+    """(peak, (sum, sum of squares) or None) of the C kernel for a contiguous 1-D float32 CPU tensor u:
+    peak[b] = max |u_j| over entries b*block .. b*block+block-1 for b < numel // block (NaN when the
+    block holds a NaN, +0.0 for a block of zeros), and with `sums` `float64_sums(u)`. None when the
+    kernel is unavailable or u is not such a tensor (callers then use torch); ValueError on a block
+    not in PEAK_BLOCKS."""
+    if block not in PEAK_BLOCKS or isinstance(block, bool):
+        raise ValueError(f"ssgd.comm.native.block_peaks: block must be a power of two from 8 to 65536, got {block!r}")
+    lib = _library()
+    if lib is None or not _float32_vector(u):
+        return None
+    peak = torch.empty(u.numel() // block, dtype=torch.float32)
+    out = torch.zeros(2, dtype=torch.float64) if sums else None
+    lib.ssgd_block_peaks(u.data_ptr(), u.numel(), block, peak.data_ptr(), _address(out))
+    return peak, ((float(out[0]), float(out[1])) if out is not None else None)
+
+
+def float64_sums(u: Tensor) -> tuple[float, float] | None:
+    """(sum of u_j, sum of u_j * u_j) in float64 by the C kernel, in block_peaks.c's fixed order (the
+    bits `block_peaks(u, block, sums=True)` gives with any block), or None as `block_peaks`."""
+    lib = _library()
+    if lib is None or not _float32_vector(u):
+        return None
+    out = torch.zeros(2, dtype=torch.float64)
+    lib.ssgd_float64_sums(u.data_ptr(), u.numel(), out.data_ptr())
+    return float(out[0]), float(out[1])

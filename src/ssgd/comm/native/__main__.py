@@ -1,4 +1,4 @@
-"""`python -m ssgd.comm.native`: build the C gTop-k merge now (make setup runs it); exit 1 with one line if it cannot."""
+"""`python -m ssgd.comm.native`: build the C kernels now (make setup runs it); exit 1 with one line if it cannot."""
 import sys
 
 from ssgd.comm.native import build
@@ -6,5 +6,5 @@ from ssgd.comm.native import build
 try:
     print(f"ssgd.comm.native: built {build().name}")
 except RuntimeError as err:
-    print(f"ssgd.comm.native: {err}; the torch merge will be used", file=sys.stderr)
+    print(f"ssgd.comm.native: {err}; the torch merge and block peaks will be used", file=sys.stderr)
     sys.exit(1)
