@@ -81,12 +81,11 @@ class DGCSampling(Compressor):
         size = sample_size(d, k, self.sample_fraction)
         k_sample = max(int(size * density), 1) if self.scale_k else k
         thr = sample_threshold(u, size, min(k_sample, size), self.generator)
-        flat = u.reshape(-1)
-        peaks = BlockPeaks(flat, topk_block(flat, k) or BLOCK)
+        peaks = BlockPeaks(u, topk_block(u, k) or BLOCK)
         cand = peaks.candidates(thr)
         lower, _ = peaks.bounds(thr, cand)
         if 3 * lower > 4 * k and peaks.nan_free:       # > 4k/3 survivors, proven by the peaks: the trim is the top-k
-            return select_topk(flat, k, peaks)
+            return select_topk(u, k, peaks)
         idx = peaks.above(thr, cand)           # |u| > thr (strict; NaN never passes, as in abs(u) > thr)
         if 3 * idx.numel() > 4 * k:            # more than 4k/3 survivors (exact integer test)
             idx = idx[torch.topk(u[idx].abs(), k, sorted=False).indices]

@@ -23,10 +23,10 @@ on both sides of [2k/3, 4k/3], then bisection between the last threshold that ke
 last that kept too few, for up to `loops` passes in all (each as cheap as a released one, below).
 
 Memory passes (docs/hot-path.md). Read as released, every refinement costs a comparison of all d
-entries plus `nonzero` over a d-sized mask, with d-sized temporaries each time. Here u is read four
-times in all, whatever the number of refinements, and nothing d-sized is written: `sum` and `dot`
-for the statistics, then one `amax` and one `amin` per block of `BLOCK` consecutive entries
-(`BlockPeaks`). A block can hold an entry with |u_j| > thr only if its max exceeds thr or its min
+entries plus `nonzero` over a d-sized mask, with d-sized temporaries each time. Here u is read once
+in all, whatever the number of refinements, and nothing d-sized is written: `BlockPeaks(u, sums=True)`
+gives the float64 sums for the statistics and the largest |u_j| of every block of `BLOCK` consecutive
+entries in one C loop (four torch reductions where it is unavailable: `sum`, `dot`, `amax`, `amin`). A block can hold an entry with |u_j| > thr only if its max exceeds thr or its min
 is below -thr; each refinement compares the d / BLOCK peaks, and only the entries of the candidate
 blocks (about BLOCK * k of them near the target density). When the peaks alone prove that the count
 is above 4k/3 (more candidate blocks than that) or below 2k/3 (fewer candidate entries than that),

@@ -24,8 +24,8 @@ def select_topk(u: Tensor, k: int, peaks: "BlockPeaks | None" = None) -> Sparse:
     threshold passes): t = the k-th largest of the d / B block maxima of |u| is a lower bound of the k-th
     largest |u_j| (each of the k blocks with a peak >= t holds an entry >= t), so every Top-k entry lies in a
     block whose peak is >= t. Only those blocks are visited, their entries >= t kept (about 1.0-1.2 k), and
-    torch.topk picks the k largest of them: the same set as torch.topk over all d entries, 7.7x faster at
-    d = 25M on one thread, 12x on two (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
+    torch.topk picks the k largest of them: the same set as torch.topk over all d entries, 19x faster at
+    d = 25M on one thread, 21x on two (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
     GPU): torch.topk over all d. `peaks`: u's `BlockPeaks`, if known (used when its block is `topk_block`'s)."""
     block = topk_block(u, k)
     if block is None:

@@ -164,7 +164,7 @@ def block_peaks(u: Tensor, block: int, sums: bool = False) -> tuple[Tensor, tupl
     block holds a NaN, +0.0 for a block of zeros), and with `sums` `float64_sums(u)`. None when the
     kernel is unavailable or u is not such a tensor (callers then use torch); ValueError on a block
     not in PEAK_BLOCKS."""
-    if block not in PEAK_BLOCKS or isinstance(block, bool):
+    if block not in PEAK_BLOCKS:
         raise ValueError(f"ssgd.comm.native.block_peaks: block must be a power of two from 8 to 65536, got {block!r}")
     lib = _library()
     if lib is None or not _float32_vector(u):

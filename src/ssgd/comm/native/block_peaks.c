@@ -43,6 +43,24 @@ static float float_of(uint32_t bits)
     return v;
 }
 
+/* Adds the LANES lanes s, q in order to *total / *squares (after `tail` more entries, in order, at p). */
+static inline void add_lanes(const double *s, const double *q, const float *p, int64_t tail, double *total,
+                             double *squares)
+{
+    double cs = 0.0, cq = 0.0;
+    for (int l = 0; l < LANES; l++) {
+        cs += s[l];
+        cq += q[l];
+    }
+    for (int64_t j = 0; j < tail; j++) {
+        double v = p[j];
+        cs += v;
+        cq += v * v;
+    }
+    *total += cs;
+    *squares += cq;
+}
+
 /* The sums of the len entries at p (one chunk, or its part past the last whole block: see above). */
 static inline void chunk_sums(const float *p, int64_t len, double *total, double *squares)
 {
@@ -54,18 +72,7 @@ static inline void chunk_sums(const float *p, int64_t len, double *total, double
             s[l] += v;
             q[l] += v * v;
         }
-    double cs = 0.0, cq = 0.0;
-    for (int l = 0; l < LANES; l++) {
-        cs += s[l];
-        cq += q[l];
-    }
-    for (int64_t j = whole; j < len; j++) {
-        double v = p[j];
-        cs += v;
-        cq += v * v;
-    }
-    *total += cs;
-    *squares += cq;
+    add_lanes(s, q, p + whole, len - whole, total, squares);
 }
 
 /* Blocks [first, end) of one chunk (whole blocks of a whole chunk when with_sums): their peaks, and
@@ -93,15 +100,8 @@ static inline void chunk_peaks(const float *u, int64_t first, int64_t end, int64
             top = m[l] > top ? m[l] : top;
         peak[b] = float_of(top);
     }
-    if (with_sums) {
-        double cs = 0.0, cq = 0.0;
-        for (int l = 0; l < LANES; l++) {
-            cs += s[l];
-            cq += q[l];
-        }
-        *total += cs;
-        *squares += cq;
-    }
+    if (with_sums)
+        add_lanes(s, q, u, 0, total, squares);
 }
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
