@@ -72,6 +72,7 @@ from torch import Tensor, nn
 from ssgd.comm.torch_dist import TorchExecutor, run_torch
 from ssgd.config import check_density, compressor_config
 from ssgd.loop.sync import RankSync, Scheme
+from ssgd.payload import Sparse
 from ssgd.utils.seeding import derive_seed
 
 
@@ -93,6 +94,22 @@ class _Bucket:
     key: tuple[int, ...]
     offsets: dict[int, int]   # parameter position -> offset in this bucket's flat vector
     sync: RankSync
+
+    def in_buffer(self, idx: Tensor, positions: list[int], grads: list[Tensor], buf: Tensor) -> Tensor | None:
+        """Where the entries at `idx` (positions in this bucket's flat vector, in model order) lie in DDP's
+        bucket buffer `buf`, whose gradients `grads` (of the parameters at model `positions`, in DDP's order)
+        are views of it; None when one of them is not such a view (then the caller copies part by part)."""
+        starts, shifts = [], []
+        base = buf.data_ptr()
+        for pos, grad in sorted(zip(positions, grads), key=lambda pair: pair[0]):
+            offset = (grad.data_ptr() - base) // buf.element_size()
+            if not grad.is_contiguous() or not 0 <= offset <= buf.numel() - grad.numel():
+                return None
+            starts.append(self.offsets[pos])
+            shifts.append(offset - self.offsets[pos])
+        first = torch.tensor(starts, dtype=idx.dtype, device=idx.device)
+        part = torch.searchsorted(first, idx, right=True).sub_(1)
+        return idx + torch.tensor(shifts, dtype=idx.dtype, device=idx.device).index_select(0, part)
 
 
 @dataclass
@@ -196,23 +213,32 @@ class SparseHook:
         in_order = order == list(range(len(order)))
         key = tuple(positions[i] for i in order)
         state = self.buckets.get(key) or self._new_bucket(key, buf.device)
-        flat = buf if in_order else torch.cat([grads[i].reshape(-1) for i in order])
-        _, payload = state.sync.compress(flat, job.density)
+        # u = g + e: from the buffer itself when DDP's order is the model's, else part by part into the
+        # residual's views (the same float additions, without first gathering the parts in model order)
+        parts = buf if in_order else [grads[i].reshape(-1) for i in order]
+        u, payload = state.sync.compress(parts, job.density)
         if self.executor is None:
             self.executor = TorchExecutor(self.group, self.buffers)
-        collective = self.scheme.collective_for(flat.numel(), job.density)   # min-compression rule
+        collective = self.scheme.collective_for(u.numel(), job.density)   # min-compression rule
         reduced, log = run_torch(collective, payload, executor=self.executor)
+        d = u.numel()
         state.sync.settle(payload, reduced)
+        total = reduced.total
+        at = None
+        if not in_order and buf.dtype == torch.float32 and isinstance(total, Sparse):
+            at = state.in_buffer(total.idx, positions, grads, buf)
         if in_order and buf.dtype == torch.float32:
             reduced.average(out=buf)        # written in place: no d-sized temporary (the same bits as a copy)
         elif in_order:
             buf.copy_(reduced.average())
+        elif at is not None:                # the sparse average scattered straight to DDP's layout
+            Sparse(at, total.val, total.numel).to_dense(scale=reduced.P, out=buf)
         else:
             average = reduced.average()
             for i in order:
                 start = state.offsets[positions[i]]
                 grads[i].copy_(average[start:start + grads[i].numel()].view_as(grads[i]))
-        self._count(payload.count, flat.numel(), log)
+        self._count(payload.count, d, log)
 
     def close(self) -> None:
         """Stop the communication thread after the buckets already queued (a later bucket starts a new one)."""
@@ -239,7 +265,8 @@ class SparseHook:
             offsets[pos] = d
             d += self.params[pos].numel()
         self.scheme.collective.check_numel(d)
-        sync = RankSync(self._bucket_scheme(key[0]), self.rank, d, device)
+        sync = RankSync(self._bucket_scheme(key[0]), self.rank, d, device,
+                        parts=[torch.Size([self.params[pos].numel()]) for pos in key])
         old_keys = {self.owner[pos] for pos in key if pos in self.owner}
         if old_keys:
             state, old_states = sync.memory.state_dict(), {k: self.buckets[k].sync.memory.state_dict() for k in old_keys}

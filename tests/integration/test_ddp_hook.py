@@ -166,6 +166,35 @@ def test_relayout_moves_each_parameters_residual_to_its_new_bucket():
     assert set(hook.buckets) == {(2,), (0, 1)}
 
 
+def test_a_sparse_average_goes_straight_to_ddps_layout():
+    """`_Bucket.in_buffer` maps positions of the bucket's model-order vector to DDP's buffer, whose parameters
+    lie in another order: scattering there gives the buffer that copying a model-order average part by part
+    gives (every position, both orders of the index set); a gradient that is not a view of the buffer: None."""
+    from ssgd.ddp import SparseHook
+    from ssgd.loop.sync import Scheme
+    from ssgd.payload import Sparse
+    from ssgd.tools.schemes import load_config
+
+    sizes = (3, 2, 4)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in sizes]
+    config = load_config("topk")
+    bucket = SparseHook(Scheme.from_config(config, 0), 0.5, params, 0, config)._new_bucket((0, 1, 2), torch.device("cpu"))
+    positions = [2, 0, 1]                                     # DDP's order: the last parameter first
+    buf = torch.full((9,), -1.0)
+    grads = list(buf.split([sizes[p] for p in positions]))
+    total = Sparse(torch.tensor([8, 0, 4, 3, 2, 6]), torch.arange(1.0, 7.0), 9)
+    want = buf.clone()
+    average = total.to_dense(scale=3)                         # model order
+    for p, view in zip(positions, want.split([sizes[p] for p in positions])):
+        view.copy_(average[bucket.offsets[p]:bucket.offsets[p] + sizes[p]])
+    for order in (torch.arange(6), torch.arange(5, -1, -1)):
+        at = bucket.in_buffer(total.idx[order], positions, grads, buf)
+        assert at is not None
+        got = Sparse(at, total.val[order], 9).to_dense(scale=3, out=buf.clone())
+        assert torch.equal(got, want), (got, want)
+    assert bucket.in_buffer(total.idx, positions, [grads[0], torch.zeros(3), grads[2]], buf) is None
+
+
 EXIT_SCRIPT = """
 import atexit, threading
 import torch, torch.distributed as dist

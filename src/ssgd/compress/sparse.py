@@ -23,9 +23,11 @@ def select_topk(u: Tensor, k: int, peaks: "BlockPeaks | None" = None) -> Sparse:
     On the CPU, for d >= TOPK_BLOCKS_FROM and k <= d / 32, through block peaks (`BlockPeaks`, as Gaussian-k's
     threshold passes): t = the k-th largest of the d / B block maxima of |u| is a lower bound of the k-th
     largest |u_j| (each of the k blocks with a peak >= t holds an entry >= t), so every Top-k entry lies in a
-    block whose peak is >= t. Only those blocks are visited, their entries >= t kept (about 1.0-1.2 k), and
-    torch.topk picks the k largest of them: the same set as torch.topk over all d entries, 19x faster at
-    d = 25M on one thread, 21x on two (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
+    block whose peak is >= t. Only those blocks are visited and their entries >= t kept (about 1.0-1.2 k).
+    The C kernel (`ssgd.comm.native.topk_blocks`) does that and a radix selection among them; when more
+    entries share the k-th magnitude than the set can take (a tie), or without the kernel, torch.topk picks
+    the k largest of the kept entries (the visit in torch operations). Either way: the same set as
+    torch.topk over all d entries (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
     GPU): torch.topk over all d. `peaks`: u's `BlockPeaks`, if known (used when its block is `topk_block`'s)."""
     block = topk_block(u, k)
     if block is None:
@@ -34,6 +36,9 @@ def select_topk(u: Tensor, k: int, peaks: "BlockPeaks | None" = None) -> Sparse:
         peaks = BlockPeaks(u, block)
     if not peaks.nan_free or bool(peaks.tail.isnan().any()):    # torch.topk ranks NaN first: keep its choice
         return select_topk_full(u, k)
+    idx = native.topk_blocks(u, peaks.peak, block, k)
+    if idx is not None:                                          # the set is unique: torch.topk's too
+        return Sparse(idx, u.index_select(0, idx), u.numel())
     t = torch.topk(peaks.peak, k, sorted=False).values.min()
     pos, mags = peaks.visit(torch.nonzero(peaks.peak >= t).view(-1), lambda a: a >= t)
     idx = pos.index_select(0, torch.topk(mags, k, sorted=False).indices).sort().values

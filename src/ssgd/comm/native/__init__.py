@@ -6,6 +6,9 @@
 - `block_peaks.c`: the largest |u_j| of every block of u and u's float64 sum and sum of squares, in one
   read of u (`block_peaks(u, block, sums)`; else `ssgd.compress.sparse.BlockPeaks` uses torch
   reductions: the same peaks, and statistics equal to ~1e-14 relative).
+- `topk_select.c`: the radix selection of the k-th largest magnitude (the merge's), and the Top-k
+  positions of u from its block peaks (`topk_blocks(u, peak, block, k)`; else, and where a tie at
+  the k-th magnitude leaves a choice, `ssgd.compress.sparse.select_topk` uses torch.topk: the same set).
 
 `available()` says whether they can run. The shared library is compiled from the sources with the
 system C compiler (`cc -O2`, under a second) by `make setup`, or on first use when it is missing,
@@ -33,7 +36,7 @@ from torch import Tensor
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "gtopk_merge.c"
-SOURCES = (SOURCE, HERE / "block_peaks.c")
+SOURCES = (SOURCE, HERE / "block_peaks.c", HERE / "topk_select.c")
 PREFIX = "_ssgd_native-"
 STALE = ("_ssgd_native-*.so", "_gtopk_merge-*.so")   # older builds, and the library's earlier name
 log = logging.getLogger(__name__)
@@ -103,6 +106,12 @@ def _library() -> ctypes.CDLL | None:
     fn = lib.ssgd_float64_sums
     fn.restype = None
     fn.argtypes = [_ptr, _i64, _ptr]
+    fn = lib.ssgd_topk_threshold
+    fn.restype = _i64
+    fn.argtypes = [_ptr, _i64, _i64, _ptr, _ptr]
+    fn = lib.ssgd_topk_blocks
+    fn.restype = _i64
+    fn.argtypes = [_ptr, _i64, _i64, _ptr, ctypes.c_uint32, _i64, _ptr, _ptr, _ptr, _i64, _ptr]
     return lib
 
 
@@ -184,3 +193,29 @@ def float64_sums(u: Tensor) -> tuple[float, float] | None:
     out = torch.zeros(2, dtype=torch.float64)
     lib.ssgd_float64_sums(u.data_ptr(), u.numel(), out.data_ptr())
     return float(out[0]), float(out[1])
+
+
+def topk_blocks(u: Tensor, peak: Tensor, block: int, k: int) -> Tensor | None:
+    """int64 [k], increasing: the positions of the k entries of u of largest magnitude, by the C kernel
+    (topk_select.c), from `peak`, u's NaN-free block peaks (`block_peaks(u, block)`; 1 <= k <= numel //
+    block). None when the kernel is unavailable or u is not a contiguous 1-D float32 CPU tensor, and when
+    more entries of u share the k-th largest magnitude than the k largest take: the set then depends on a
+    tie rule, which the caller applies. ValueError on a peak of the wrong length or a k out of range."""
+    lib = _library()
+    if lib is None or not _float32_vector(u) or not _float32_vector(peak):
+        return None
+    blocks = u.numel() // block
+    if peak.numel() != blocks or not 1 <= k <= blocks:
+        raise ValueError(f"ssgd.comm.native.topk_blocks: {peak.numel()} peaks for {blocks} blocks, k={k}")
+    work = torch.empty(blocks, dtype=torch.int32)
+    thr = ctypes.c_uint32(0)
+    candidates = lib.ssgd_topk_threshold(peak.data_ptr(), blocks, k, work.data_ptr(), ctypes.byref(thr))
+    cap = candidates * block + u.numel() - blocks * block
+    pos = torch.empty(cap, dtype=torch.int64)
+    keys = torch.empty(2 * cap, dtype=torch.int32)          # the gathered keys, then the selection's work
+    out = torch.empty(k, dtype=torch.int64)
+    got = lib.ssgd_topk_blocks(u.data_ptr(), u.numel(), block, peak.data_ptr(), thr, k, pos.data_ptr(),
+                               keys.data_ptr(), keys[cap:].data_ptr(), cap, out.data_ptr())
+    if got < 0:
+        raise RuntimeError(f"ssgd.comm.native.topk_blocks: {cap} candidate slots did not hold the top {k}")
+    return out if got == k else None

@@ -79,44 +79,8 @@ static int64_t merge_union(const int32_t *a_idx, const float *a_val, int64_t na,
     return n;
 }
 
-/* From the top down, the bucket of hist[buckets] where the need-th largest lies; *need becomes its
- * rank inside that bucket. */
-static int64_t bucket_of(const int64_t *hist, int64_t buckets, int64_t *need)
-{
-    int64_t above = 0, b;
-    for (b = buckets - 1; b > 0 && above + hist[b] < *need; b--)
-        above += hist[b];
-    *need -= above;
-    return b;
-}
-
-/* The k-th largest of keys[n] (1 <= k <= n) by radix selection on their top 12 bits, then 10 + 10
- * bits among the keys of the chosen bucket (gathered into cand[n]); *take is
- * set to how many keys equal to it belong to the k largest (the others that large are above it). */
-static uint32_t kth_largest(const uint32_t *keys, int64_t n, int64_t k, uint32_t *cand, int64_t *take)
-{
-    int64_t hist12[4096], hist[1024], need = k, c = 0, b, w;
-    uint32_t top, prefix;
-    memset(hist12, 0, sizeof hist12);
-    for (int64_t p = 0; p < n; p++)
-        hist12[keys[p] >> 20]++;
-    top = (uint32_t)bucket_of(hist12, 4096, &need);
-    for (int64_t p = 0; p < n; p++) {                 /* branch-free gather of the bucket's keys */
-        cand[c] = keys[p];
-        c += (keys[p] >> 20) == top;
-    }
-    memset(hist, 0, sizeof hist);
-    for (int64_t p = 0; p < c; p++)
-        hist[(cand[p] >> 10) & 1023u]++;
-    b = bucket_of(hist, 1024, &need);
-    prefix = top << 20 | (uint32_t)b << 10;
-    memset(hist, 0, sizeof hist);
-    for (w = 0; w < c; w++)
-        if ((cand[w] >> 10) == prefix >> 10) hist[cand[w] & 1023u]++;
-    b = bucket_of(hist, 1024, &need);
-    *take = need;
-    return prefix | (uint32_t)b;
-}
+/* The k-th largest of keys[n] by radix selection (topk_select.c): see there. */
+uint32_t ssgd_kth_largest(const uint32_t *keys, int64_t n, int64_t k, uint32_t *cand, int64_t *take);
 
 /* The merge. out_idx/out_val need na + nb entries and keys 2 (na + nb); into_a[na], into_b[nb] and
  * kept[min(k, na + nb) + 1] (the compaction stores one past the result) are all NULL (no trace) or
@@ -134,7 +98,7 @@ int64_t ssgd_gtopk_merge(const int32_t *a_idx, const float *a_val, int64_t na,
     *n_union = n;
     if (n < 0) return -1;
     if (n <= k) return n;
-    t = kth_largest(keys, n, k, keys + n, &take);
+    t = ssgd_kth_largest(keys, n, k, keys + n, &take);
     for (int64_t p = 0; p < n; p++) {                 /* in place, in index order (m <= p), branch-free */
         uint32_t key = keys[p];
         int64_t tie = (key == t) & (take > 0);
