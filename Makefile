@@ -161,16 +161,16 @@ testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> clust
 testbed-down:  ## remove every namespace, link and qdisc testbed-up made (also after a failed up)
 	scripts/testbed/testbed.sh down
 
-alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testbed hosts 1 and 2 -> outputs/testbed/alphabeta.yaml (~40 s)
-	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --fit regimes --points outputs/testbed/pingpong.json --force
+alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testbed hosts 1 and 2, full token buckets -> outputs/testbed/alphabeta.yaml (~1 min)
+	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --fit regimes --points outputs/testbed/pingpong.json --idle-ms 4 --force
 
-bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the model and the link -> bench/results/testbed_<BW>.csv (~1 min at P=4, ~3 min at P=8)
+bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the token-bucket link model, alpha-beta and the floor -> bench/results/testbed_<BW>.csv (~1.5 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_comm.py $(ARGS)
 
-bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~8 min at P=4)
+bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~2.5 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_e2e.py $(ARGS)
 
-bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (~28 min at P=4)
+bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (~10 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_replay.py $(ARGS)
 	@if [ -f bench/results/testbed_replay_1gbit.csv ]; then mkdir -p paper_figs/measured && cp bench/results/testbed_replay_1gbit.csv paper_figs/measured/ && echo "copied to paper_figs/measured/ (make fig-scaling draws it)"; fi
 

@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,14 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024      # KiB on Linux
 
 
+def kept_medians(share: harness.ClockShare, names: list[str]) -> dict[str, dict[str, float]]:
+    """Per item, the median over the kept calls since the last case of the slowest rank's duration and of the ranks'
+    entry skew (`harness.ClockShare`), in seconds."""
+    kept = share.take()
+    return {f"{key}_s": {name: statistics.median(row[j] for row in kept[key]) for j, name in enumerate(names)}
+            for key in ("slowest", "skew")}
+
+
 def worker(args: argparse.Namespace) -> None:
     """Measure every item at every size on this rank; rank 0 writes the results as JSON."""
     import mpi4py
@@ -110,16 +119,24 @@ def worker(args: argparse.Namespace) -> None:
     rank, P = comm.Get_rank(), comm.Get_size()
     network = OmegaConf.load(ROOT / "conf" / "cluster" / f"{args.cluster}.yaml").network
     net = AlphaBeta(float(network.alpha), float(network.beta))
-    share = harness.MPIShare(comm)
+    share = harness.ClockShare(comm) if args.from_last_entry else harness.MPIShare(comm)
     meter = harness.mpi_meter(comm, args.tree_root)
 
-    def barrier_timed(fn) -> float:
+    def barrier_timed(fn, warm=None) -> float:
+        for _ in range(args.warm_calls):
+            (warm or fn)()
+        if args.idle_s:                                     # busy, as a rank computing its next step is
+            until = time.perf_counter() + args.idle_s
+            while time.perf_counter() < until:
+                pass
         comm.Barrier()
+        if args.from_last_entry:
+            return share.timed(fn)
         t0 = time.perf_counter()
         fn()
         return time.perf_counter() - t0
 
-    cases, series_out = [], []
+    cases, series_out, pool = [], [], {}
     for d in [parse_size(s) for s in args.sizes]:
         k = k_of(d, args.density)
         u = torch.randn(d, generator=torch.Generator().manual_seed(rank))
@@ -134,7 +151,7 @@ def worker(args: argparse.Namespace) -> None:
         for name, (coll, payload) in colls.items():          # one call each: counts (and a first warm-up)
             n = payload.count
             counts = comm.allgather(n)
-            _, log = ours.run(coll, payload, comm)
+            _, log = ours.run(coll, payload, comm, pool)
             if name == "dense_allreduce":
                 modelled = cost.allreduce_sent(rank, P, d)
             elif name == "gtopk_allreduce":
@@ -150,13 +167,19 @@ def worker(args: argparse.Namespace) -> None:
                                  "bytes_by_rank_modelled": [e[2] for e in every],
                                  "messages_by_rank_modelled": [e[3] for e in every]}
 
+        computed: dict[str, list[list[float]]] = {name: [] for name in colls}
+
         def ours_call(name: str):
             coll, payload = colls[name]
-            return lambda: barrier_timed(lambda: ours.run(coll, payload, comm))
+            if not args.from_last_entry:
+                return lambda: barrier_timed(lambda: ours.run(coll, payload, comm, pool))
+            # the testbed's model replays each rank's compute between the MPI calls (bench/testbed_comm.py)
+            return lambda: barrier_timed(lambda: computed[name].append(ours.run_timed(coll, payload, comm, pool)[2]),
+                                         warm=lambda: ours.run(coll, payload, comm, pool))
 
         def ours_decode() -> float:
             coll, payload = colls["gtopk_allreduce"]
-            return barrier_timed(lambda: ours.decode(ours.run(coll, payload, comm)[0], params))
+            return barrier_timed(lambda: ours.decode(ours.run(coll, payload, comm, pool)[0], params))
 
         def released_call(decode: bool):
             def call() -> float:
@@ -177,6 +200,8 @@ def worker(args: argparse.Namespace) -> None:
         items = [(name, fn) for name, fn in items if name in args.items]
 
         def progress(r: harness.Round) -> None:
+            if args.from_last_entry:
+                share.keep()
             if rank == 0:
                 other = "unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores"
                 print(f"[comm] P={P} d={size_label(d)} round {r.index + 1}/{args.rounds}: other CPU {other}"
@@ -186,10 +211,17 @@ def worker(args: argparse.Namespace) -> None:
         series = harness.interleaved(items, args.rounds, threshold=args.noise_threshold, retries=args.retries,
                                      warmup=1, min_round_s=args.min_round_s, meter=meter, share=share,
                                      on_round=progress)
+        medians = {name: [statistics.median(c) for c in zip(*calls)] for name, calls in computed.items() if calls}
+        every_rank = comm.gather(medians, root=0)
+        clocked = kept_medians(share, series.names) if args.from_last_entry else {}   # every rank: takes its calls
         if rank == 0:
+            extra = {}
+            if args.from_last_entry:
+                extra = {**clocked, "compute_s": {name: [r[name] for r in every_rank] for name in medians}}
             cases.append({"P": P, "d": d, "k": k, "density": args.density, "counted": counted,
-                          "series": series.to_json()})
+                          "series": series.to_json(), **extra})
         del u, topk, gaussk, colls, params, buffer, items
+        pool.clear()
     rss = comm.gather(peak_rss_bytes(), root=0)
     if rank == 0:
         info = {"mpi_library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0],
@@ -222,7 +254,9 @@ def run_job(P: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "--worker", "--out", str(out), "--sizes", *args.sizes, "--density", repr(args.density),
             "--cluster", args.cluster, "--rounds", str(args.rounds), "--retries", str(args.retries),
             "--noise-threshold", repr(args.noise_threshold), "--min-round-s", repr(args.min_round_s),
-            "--tree-root", str(os.getpid()), "--items", *args.items]
+            "--tree-root", str(os.getpid()), "--items", *args.items,
+            *(["--from-last-entry"] if getattr(args, "from_last_entry", False) else []),
+            "--idle-s", repr(getattr(args, "idle_s", 0.0)), "--warm-calls", str(getattr(args, "warm_calls", 0))]
     base = low = machine.mem_available_bytes()
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=worker_env(local=not hosts), cwd=ROOT, start_new_session=True)
@@ -373,6 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mpiexec job before it is killed")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--json", help="result file (default <out-dir>/comm.json, comm_quick.json with --quick)")
+    ap.add_argument("--from-last-entry", action="store_true",
+                    help="time each call from the last rank's entry to the last rank's exit (ranks on one machine: "
+                         "one clock; harness.ClockShare), not as the slowest rank's duration")
+    ap.add_argument("--warm-calls", type=int, default=0,
+                    help="untimed calls of the same item right before each timed call (its steady state: on the "
+                         "testbed the first small collective after another one's bulk traffic took 1.8x as long)")
+    ap.add_argument("--idle-s", type=float, default=0.0,
+                    help="seconds every rank computes (spins) before each call's barrier, sending nothing (links shaped "
+                         "by a token bucket: long enough for it to refill, so that no call starts behind the previous "
+                         "one's traffic)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--tree-root", type=int, help=argparse.SUPPRESS)

@@ -314,6 +314,59 @@ class MPIShare(Share):
         return self.comm.bcast(value, root=self.root)
 
 
+class ClockShare(MPIShare):
+    """`MPIShare` for ranks that read one clock: processes on one machine (the testbed's namespaces too) share
+    CLOCK_MONOTONIC, which `time.perf_counter` reads on Linux. A call's time then counts from the moment the
+    LAST rank entered it to the moment the last rank left it: the collective's own time once every rank is in,
+    which is what a model that starts every rank at once (`ssgd.perf.cost`) describes. The slowest rank's
+    duration (`MPIShare`) also holds the spread of the ranks' exits from the barrier before the call (its
+    `skew`), up to a message latency.
+
+    Time each call with `timed(fn)` (every call of every item, in the order the harness makes them); after
+    each kept round call `keep()`: `kept` then holds, per kept call, each item's slowest-rank duration and
+    entry skew (a repeated round's attempts are dropped, as the harness drops them).
+    """
+
+    def __init__(self, comm: Any, root: int = 0) -> None:
+        super().__init__(comm, root)
+        self.entries: list[float] = []
+        self.latest: dict[str, list[list[float]]] = {}
+        self.kept: dict[str, list[list[float]]] = {"slowest": [], "skew": []}
+
+    def timed(self, fn: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        fn()
+        end = time.perf_counter()
+        self.entries.append(start)
+        return end - start
+
+    def times(self, rows: list[list[float]]) -> list[list[float]]:
+        import numpy as np
+
+        took = np.asarray(rows, dtype=np.float64)
+        if len(self.entries) != took.size:
+            raise RuntimeError(f"ClockShare: {len(self.entries)} timed calls for {took.size} times")
+        entered = np.asarray(self.entries, dtype=np.float64).reshape(took.shape)
+        self.entries.clear()
+        size = self.comm.Get_size()
+        every_entry, every_took = np.empty((size, *took.shape)), np.empty((size, *took.shape))
+        self.comm.Allgather(entered, every_entry)
+        self.comm.Allgather(took, every_took)
+        last_in = every_entry.max(axis=0)
+        self.latest = {"slowest": every_took.max(axis=0).tolist(),
+                       "skew": (last_in - every_entry.min(axis=0)).tolist()}
+        return ((every_entry + every_took).max(axis=0) - last_in).tolist()
+
+    def keep(self) -> None:
+        for key in self.kept:
+            self.kept[key] += self.latest.get(key, [])
+
+    def take(self) -> dict[str, list[list[float]]]:
+        """What `keep` collected since the last `take`, and start anew (one comparison's calls)."""
+        kept, self.kept = self.kept, {key: [] for key in self.kept}
+        return kept
+
+
 def mpi_meter(comm: Any, tree_root: int | None, root: int = 0) -> NoiseMeter | NullMeter:
     """The meter of an MPI job: on rank `root`, the tree of `tree_root` (the benchmark driver that
     started mpiexec, so mpiexec and every rank are "ours"); a NullMeter on the other ranks."""

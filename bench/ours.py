@@ -29,11 +29,62 @@ def gtopk() -> Any:
     return GTopKAllreduce()
 
 
-def run(collective: Any, payload: Any, comm: Any) -> tuple[Any, Any]:
-    """One call of `collective` on this MPI rank: (result, per-rank log with byte/message counts)."""
+def run(collective: Any, payload: Any, comm: Any, pool: dict | None = None) -> tuple[Any, Any]:
+    """One call of `collective` on this MPI rank: (result, per-rank log with byte/message counts). `pool`: the
+    result buffers kept between calls, as the trainer keeps them (`ssgd.comm.staging.pooled`)."""
     from ssgd.comm.mpi import run_mpi
 
-    return run_mpi(collective, payload, comm)
+    return run_mpi(collective, payload, comm, pool)
+
+
+class TimedComm:
+    """An MPI communicator that adds the seconds its calls take (the MPI library's own time) to `inside`."""
+
+    CALLS = ("Send", "Recv", "Allreduce", "Allgather", "Allgatherv", "Bcast")
+
+    def __init__(self, comm: Any) -> None:
+        self.comm, self.inside = comm, 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        import time
+
+        call = getattr(self.comm, name)
+        if name not in self.CALLS:
+            return call
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.inside += time.perf_counter() - start
+        return timed
+
+
+def run_timed(collective: Any, payload: Any, comm: Any, pool: dict | None = None) -> tuple[Any, Any, list[float]]:
+    """`run`, and the seconds this rank computed before each of its program's operations and after the last: all
+    its time outside the MPI library's calls (the program's own work and the executor's around each call), for
+    `ssgd.comm.thread.run_threads(compute=...)`."""
+    import time
+
+    from ssgd.comm.driver import run_program
+    from ssgd.comm.mpi import execute
+    from ssgd.comm.ops import RankLog
+
+    log, gaps, timed_comm = RankLog(), [], TimedComm(comm)
+    since = [time.perf_counter()]
+
+    def timed(op: Any) -> Any:
+        start, before = time.perf_counter(), timed_comm.inside
+        out = execute(op, timed_comm, log, pool)
+        end = time.perf_counter()
+        gaps.append(start - since[0] + (end - start) - (timed_comm.inside - before))
+        since[0] = end
+        return out
+
+    reduced = run_program(collective, comm.Get_rank(), comm.Get_size(), payload, timed)
+    gaps.append(time.perf_counter() - since[0])
+    return reduced, log, gaps
 
 
 def global_set(reduced: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""`make bench-testbed`: every scheme's collective on the 1 GbE testbed, against the alpha-beta model and the link.
+"""`make bench-testbed`: every scheme's collective on the 1 GbE testbed, against a model of its links and the floor.
 
 On the hosts of `make testbed-up` (docs/testbed.md), for each P and d, bench/comm.py's MPI worker times, in
 interleaved noise-measured rounds (bench/harness.py), the four aggregation collectives of the gTop-k paper
@@ -7,18 +7,23 @@ interleaved noise-measured rounds (bench/harness.py), the four aggregation colle
   * dense allreduce (ring), the Top-k and Gaussian-k allgathers (ring), gTopKAllReduce (binomial trees),
     at density 0.001 (k = max(int(d * 0.001), 1)).
 
-Each measured time is set against two numbers, neither fitted to any collective:
+Each timed call follows an untimed one of the same collective and IDLE_MS of every host computing (its token
+buckets refill), and is timed from the last rank's entry to the last rank's exit (`harness.ClockShare`: the
+namespaces share one clock). Each measured time is set against three numbers, none fitted to any collective:
 
-  * modelled: `Collective.model_seconds(AlphaBeta(alpha, beta), P, d, counts)` with alpha and beta from the
-    ping-pong between hosts 1 and 2 only (`make alphabeta-testbed`, `--fit regimes`; run first when missing or
-    older than the testbed), so every collective point is held out; error = modelled / measured - 1;
+  * modelled: the collective's program on `ssgd.perf.shaped.ShapedLink` (the ping-pong between hosts 1 and 2,
+    with full buckets, and tc's rate and burst) through `ssgd.comm.thread.run_threads`, plus each rank's compute
+    between its MPI calls measured in the same timed calls (`ours.run_timed`); error = modelled / measured - 1;
+  * alpha-beta: `Collective.model_seconds(AlphaBeta(alpha, beta), P, d, counts)`, alpha and beta of the same
+    ping-pong fitted by regime (`make alphabeta-testbed`; run first when missing, older than the testbed, or
+    of another protocol);
   * floor: the bytes on the busiest link at the link's rate (the tbf rate, BW) plus the critical path's
     messages at the measured one-way latency (alpha); ratio = measured / floor.
 
 Writes <out-dir>/testbed_<BW>.csv (one row per P, d, collective) and .json, and prints the table and a summary
 (points within 15 % of the model; the largest floor ratio of dense and gTop-k at d >= 1M).
 
-    make testbed-up P=8 && make bench-testbed            # P = 2, 4, 8; d = 0.27M 1M 4M 25M (~3 min at 1gbit)
+    make testbed-up P=4 && make bench-testbed            # P = 2, 4; d = 0.27M 1M 4M 25M (~1.5 min at 1gbit)
     PYTHONPATH=src python bench/testbed_comm.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)
     PYTHONPATH=src python bench/testbed_comm.py --P 2 4 8 16 --sizes 0.27M 25M 61M --rounds 5
 """
@@ -46,11 +51,14 @@ import machine_info as machine  # noqa: E402
 TESTBED = ROOT / "outputs" / "testbed"
 ITEMS = ("dense_allreduce", "topk_allgather", "gaussiank_allgather", "gtopk_allreduce")
 SIZES = {"0.27M": 269_722, "1M": 2**20, "4M": 4 * 2**20, "25M": 25_557_032, "61M": 61_100_840}   # ResNet-20, 50, AlexNet
+IDLE_MS = 4.0          # before every ping-pong round trip and every timed call: full token buckets (2.1 ms refill them)
 TOLERANCE = 0.15
 FLOOR_GOAL, FLOOR_FROM_D = 1.25, 2**20
-COLUMNS = ("bw", "P", "d", "k", "collective", "measured_ms", "measured_lo_ms", "measured_hi_ms", "noisy",
-           "other_cores_max", "modelled_ms", "model_error", "floor_ms", "ratio_to_floor", "busiest_link_bytes",
-           "critical_messages", "alpha_s", "beta_s_per_byte", "link_bytes_per_s")
+COLUMNS = ("bw", "P", "d", "k", "collective", "measured_ms", "measured_lo_ms", "measured_hi_ms", "slowest_rank_ms",
+           "entry_skew_ms", "noisy", "other_cores_max", "modelled_ms", "model_error", "network_ms", "compute_ms",
+           "alphabeta_ms", "alphabeta_error", "floor_ms", "ratio_to_floor", "busiest_link_bytes", "critical_messages",
+           "alpha_s", "beta_s_per_byte", "link_bytes_per_s", "burst_bytes", "host_beta_s_per_byte")
+BURST_WIRE_BYTES = 256 * 1024     # scripts/testbed/testbed.sh: tbf ... burst 256kb
 
 
 def check_hosts(Ps: list[int], hosts: int) -> str | None:
@@ -104,11 +112,14 @@ def calibrated(refit: bool) -> dict[str, Any]:
     """alpha, beta of the ping-pong between hosts 1 and 2 (outputs/testbed/pingpong.json), measured now when
     missing, older than the testbed, or when `refit`."""
     points, env_file = TESTBED / "pingpong.json", TESTBED / "env"
-    if refit or not points.is_file() or points.stat().st_mtime < env_file.stat().st_mtime:
-        print("[testbed] alpha/beta: ping-pong between hosts 1 and 2 (make alphabeta-testbed, ~40 s)",
+    stale = not points.is_file() or points.stat().st_mtime < env_file.stat().st_mtime \
+        or json.loads(points.read_text()).get("idle_ms") != IDLE_MS          # another protocol (older files: none)
+    if refit or stale:
+        print("[testbed] alpha/beta: ping-pong between hosts 1 and 2 (make alphabeta-testbed, ~1 min)",
               file=sys.stderr, flush=True)
         argv = [sys.executable, "-m", "ssgd.tools.calibrate", "--from-cluster", "testbed", "--name", "testbed",
-                "--out", str(TESTBED / "alphabeta.yaml"), "--fit", "regimes", "--points", str(points), "--force"]
+                "--out", str(TESTBED / "alphabeta.yaml"), "--fit", "regimes", "--points", str(points), "--idle-ms",
+                repr(IDLE_MS), "--force"]
         if subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL).returncode:
             raise SystemExit("error: the ping-pong (make alphabeta-testbed) failed")
     return json.loads(points.read_text())
@@ -123,11 +134,53 @@ def collective(name: str) -> Any:
             "gaussiank_allgather": SparseAllgather, "gtopk_allreduce": GTopKAllreduce}[name]()
 
 
+def shaped_link(fit: dict[str, Any], bw: str) -> Any:
+    """The testbed's links as `ssgd.perf.shaped.ShapedLink`: the ping-pong (full buckets) and tc's rate and burst."""
+    from ssgd.perf.shaped import ShapedLink
+
+    return ShapedLink.from_pingpong(fit["nbytes"], fit["seconds"], BURST_WIRE_BYTES, rate_bytes_per_s(bw))
+
+
+def payloads(name: str, P: int, d: int) -> list[Any]:
+    """Every rank's payload of `name` at (P, d), as bench/comm.py's worker makes them (u = randn(d), seed = rank)."""
+    import torch
+
+    import ours
+    from ssgd.compress.gaussiank import GaussianK
+    from ssgd.compress.sparse import k_of
+    from ssgd.payload import Dense
+
+    out = []
+    for rank in range(P):
+        u = torch.randn(d, generator=torch.Generator().manual_seed(rank))
+        out.append({"dense_allreduce": lambda: Dense(u), "topk_allgather": lambda: ours.select(u, k_of(d, comm.DENSITY)),
+                    "gaussiank_allgather": lambda: GaussianK().compress(u, comm.DENSITY),
+                    "gtopk_allreduce": lambda: ours.select(u, k_of(d, comm.DENSITY))}[name]())
+    return out
+
+
+def model_ms(name: str, P: int, d: int, link: Any, compute: list[list[float]]) -> tuple[float, float]:
+    """(modelled ms, of it the network's) of one call: the collective's real program run in this process on the
+    modelled links (`ssgd.comm.thread.run_threads(net=link)`), with `compute`, each rank's measured compute
+    between its MPI calls (the medians over the timed calls of bench/comm.py's worker)."""
+    import torch
+
+    from ssgd.comm.thread import run_threads
+
+    torch.set_num_threads(1)
+    coll, given = collective(name), payloads(name, P, d)
+    _, logs = run_threads(coll, given, net=link, compute=compute)
+    total = max(log.clock for log in logs)
+    _, logs = run_threads(coll, given, net=link)
+    return 1e3 * total, 1e3 * max(log.clock for log in logs)
+
+
 def rows_of(case: dict[str, Any], bw: str, fit: dict[str, Any]) -> list[dict[str, Any]]:
     """One CSV row per collective of one (P, d) case of bench/comm.py's worker."""
     from ssgd.perf.alphabeta import AlphaBeta
 
     net, unit = AlphaBeta(fit["alpha"], fit["beta"]), AlphaBeta(1.0, 0.0)
+    link = shaped_link(fit, bw)
     rate = rate_bytes_per_s(bw)
     s = harness.Series.from_json(case["series"])
     other = [r.other_cores for r in s.rounds]
@@ -136,28 +189,36 @@ def rows_of(case: dict[str, Any], bw: str, fit: dict[str, Any]) -> list[dict[str
         counted = case["counted"][name]
         coll, P, d, counts = collective(name), case["P"], case["d"], counted["entries_by_rank"]
         sp = s.spread(name)
-        modelled = coll.model_seconds(net, P, d, counts)
+        alphabeta = coll.model_seconds(net, P, d, counts)
+        modelled, network = model_ms(name, P, d, link, case["compute_s"][name])
         messages = round(coll.model_seconds(unit, P, d, counts))        # alpha = 1, beta = 0: the message count
         busiest = max(counted["bytes_by_rank_measured"])
         floor = busiest / rate + messages * net.alpha
         rows.append({"bw": bw, "P": P, "d": d, "k": case["k"], "collective": name, "measured_ms": 1e3 * sp.median,
-                     "measured_lo_ms": 1e3 * sp.lo, "measured_hi_ms": 1e3 * sp.hi, "noisy": s.noisy,
+                     "measured_lo_ms": 1e3 * sp.lo, "measured_hi_ms": 1e3 * sp.hi,
+                     "slowest_rank_ms": 1e3 * case["slowest_s"][name], "entry_skew_ms": 1e3 * case["skew_s"][name],
+                     "noisy": s.noisy,
                      "other_cores_max": max((o for o in other if o is not None), default=None),
-                     "modelled_ms": 1e3 * modelled, "model_error": modelled / sp.median - 1, "floor_ms": 1e3 * floor,
+                     "modelled_ms": modelled, "model_error": modelled / (1e3 * sp.median) - 1,
+                     "network_ms": network, "compute_ms": modelled - network, "alphabeta_ms": 1e3 * alphabeta,
+                     "alphabeta_error": alphabeta / sp.median - 1, "floor_ms": 1e3 * floor,
                      "ratio_to_floor": sp.median / floor, "busiest_link_bytes": busiest, "critical_messages": messages,
-                     "alpha_s": net.alpha, "beta_s_per_byte": net.beta, "link_bytes_per_s": rate})
+                     "alpha_s": net.alpha, "beta_s_per_byte": net.beta, "link_bytes_per_s": rate,
+                     "burst_bytes": link.burst, "host_beta_s_per_byte": link.host_beta})
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| BW | P | d | collective | measured ms, median [min-max] | modelled ms | model error | floor ms "
-           "| measured / floor |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| BW | P | d | collective | measured ms, median [min-max] | modelled ms (network + compute) | model error "
+           "| alpha-beta ms (error) | floor ms | measured / floor |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         m = harness.mark(r["noisy"])
         out.append(f"| {r['bw']} | {r['P']} | {comm.size_label(r['d'])} | {comm.LABELS[r['collective']]} "
                    f"| {harness.fmt_num(r['measured_ms'])} [{harness.fmt_num(r['measured_lo_ms'])}-"
                    f"{harness.fmt_num(r['measured_hi_ms'])}]{m} | {harness.fmt_num(r['modelled_ms'])} "
-                   f"| {r['model_error']:+.0%}{m} | {harness.fmt_num(r['floor_ms'])} | {r['ratio_to_floor']:.2f}{m} |")
+                   f"({harness.fmt_num(r['network_ms'])} + {harness.fmt_num(r['compute_ms'])}) "
+                   f"| {r['model_error']:+.0%}{m} | {harness.fmt_num(r['alphabeta_ms'])} ({r['alphabeta_error']:+.0%}) "
+                   f"| {harness.fmt_num(r['floor_ms'])} | {r['ratio_to_floor']:.2f}{m} |")
     return out
 
 
@@ -166,8 +227,10 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     big = [r for r in rows if r["collective"] in ("dense_allreduce", "gtopk_allreduce") and r["d"] >= FLOOR_FROM_D]
     worst = max(big, key=lambda r: r["ratio_to_floor"], default=None)
     noisy = sum(1 for r in rows if r["noisy"] is not False)
+    alphabeta = sum(abs(r["alphabeta_error"]) <= TOLERANCE for r in rows)
     out = [f"model within {TOLERANCE:.0%} of the measurement: {len(within)} of {len(rows)} (P, d, collective) points, "
-           "every one held out (alpha, beta from the ping-pong only)"]
+           "every one held out: the network modelled from the ping-pong and tc's burst (ssgd.perf.shaped), each rank's "
+           f"compute between its MPI calls measured in the same calls; the alpha-beta model: {alphabeta} of {len(rows)}"]
     for name in ITEMS:
         mine = [r for r in rows if r["collective"] == name]
         if mine:
@@ -192,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", nargs="+", help="d: 0.27M (ResNet-20), 1M, 4M, 25M (ResNet-50), 61M (AlexNet), or any "
                     "count with K/M (default 0.27M 1M 4M 25M)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds per (P, d) (default 3; --quick 2)")
+    ap.add_argument("--warm-calls", type=int, default=1,
+                    help="untimed calls of the same collective right before each timed one (default %(default)s)")
+    ap.add_argument("--idle-ms", type=float, default=IDLE_MS,
+                    help="ms every host sleeps after the warm call, before each timed call: its token buckets refill, "
+                         "as after a training step's compute (default %(default)s; 2.1 ms refill them at 1gbit)")
     ap.add_argument("--refit", action="store_true", help="measure alpha/beta again even when a fresh fit exists")
     ap.add_argument("--out-dir", type=Path, default=comm.RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mpiexec job before it is killed")
@@ -220,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     job_args = argparse.Namespace(sizes=[str(s) for s in sizes], density=comm.DENSITY, cluster="testbed",
                                   rounds=rounds, retries=harness.noise_from_args(args, quick=args.quick).retries,
                                   noise_threshold=args.noise_threshold, min_round_s=args.min_round_s,
-                                  timeout=args.timeout, items=list(ITEMS))
+                                  timeout=args.timeout, items=list(ITEMS), from_last_entry=True,
+                                  idle_s=args.idle_ms / 1e3, warm_calls=args.warm_calls)
     start, rows, jobs = time.perf_counter(), [], []
     with tempfile.TemporaryDirectory(prefix="ssgd-bench-testbed-") as tmp:
         for P in Ps:

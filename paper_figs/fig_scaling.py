@@ -81,9 +81,10 @@ COLOR = MappingProxyType({"dense": "C0", "topk": "C1", "gtopk": "C2"})
 FIT_P, HELD_OUT, GOAL = (4, 8), (16, 32), 0.25       # calibrated mode: fitted and predicted P, error goal
 GROWTH_P = (*FIT_P, HELD_OUT[-1])                    # the fit-free growth test: (t32 - t8) / (t8 - t4)
 # The measured testbed link (docs/testbed.md): mpi4py ping-pong between hosts 1 and 2 of the 1 Gbit/s
-# testbed (`make alphabeta-testbed`, fitted by regime, `ssgd.perf.alphabeta.fit_alpha_beta_regimes`).
-# The "pinned" predictor fixes alpha and beta to these (or to --link / --link-from).
-TESTBED_ALPHA_S, TESTBED_BETA_S_PER_BYTE = 8.59e-5, 8.43e-9
+# testbed (`make alphabeta-testbed`, fitted by regime, `ssgd.perf.alphabeta.fit_alpha_beta_regimes`), 2026-12-05,
+# ranks no longer pinned to one core (8.59e-5 s before). The "pinned" predictor fixes alpha and beta to these
+# (or to --link / --link-from).
+TESTBED_ALPHA_S, TESTBED_BETA_S_PER_BYTE = 2.54e-5, 8.44e-9
 TESTBED_LINK = AlphaBeta(TESTBED_ALPHA_S, TESTBED_BETA_S_PER_BYTE)
 PREDICTORS = (("mean", "mean"), ("logline", "log-line"), ("pinned", "pinned"))   # CSV prefix, printed name
 

@@ -106,11 +106,15 @@ hostfile: $DIR/hosts
 # Every host has one slot, so Open MPI believes it is not oversubscribed and busy-polls; but all hosts share this
 # machine's cores with the kernel's softirq work for the veth/bridge/tbf path, so a spinning rank delays every small
 # message by a scheduler tick (4 ms measured, 29 us with yield). The tuned rules pin the schedules ssgd.perf.cost
-# models: ring allreduce (4), ring allgatherv (3), binomial bcast (6). Messages up to 32 MiB go eagerly: with the
+# models: ring allreduce (4), ring allgatherv (3), binomial bcast (6). Messages up to 256 MiB go eagerly: with the
 # default 64 KiB rendezvous, a receiver's clear-to-send waits behind its own bulk data in the shaped queue, which
-# made a 1M-element ring allreduce at P = 2 take 1.9x its link time (1.09x eager). A rank that loses a peer aborts
+# made a 1M-element ring allreduce at P = 2 take 1.9x its link time (1.09x eager); with 32 MiB, the 51 MB chunks of
+# a 25.6M-element one at P = 2 did so in half the calls (1.3 s against 0.9 s). A rank that loses a peer aborts
 # 2 s late (opal_abort_delay), so that prterun hears first of the rank that died and the launcher names its host.
-mpiexec_args: ["--prtemca", "plm_ssh_agent", "$DIR/agent", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "$SUBNET", "--prtemca", "oob_tcp_if_include", "$SUBNET", "--mca", "mpi_yield_when_idle", "1", "--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4", "--mca", "coll_tuned_allgatherv_algorithm", "3", "--mca", "coll_tuned_bcast_algorithm", "6", "--mca", "btl_tcp_eager_limit", "33554432", "--mca", "btl_tcp_rndv_eager_limit", "33554432", "--mca", "btl_tcp_max_send_size", "33554432", "--mca", "opal_abort_delay", "2"]
+# --bind-to none: Open MPI binds a rank to the first core of its "node" when a node has 1 or 2 slots, and every
+# host here is this one machine, so every rank was pinned to core 0 (an 8 KiB Allgatherv at P = 2: 82 us pinned,
+# 46 us free; the Top-k AllGather 490 against 207 us).
+mpiexec_args: ["--bind-to", "none", "--prtemca", "plm_ssh_agent", "$DIR/agent", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "$SUBNET", "--prtemca", "oob_tcp_if_include", "$SUBNET", "--mca", "mpi_yield_when_idle", "1", "--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4", "--mca", "coll_tuned_allgatherv_algorithm", "3", "--mca", "coll_tuned_bcast_algorithm", "6", "--mca", "btl_tcp_eager_limit", "268435456", "--mca", "btl_tcp_rndv_eager_limit", "268435456", "--mca", "btl_tcp_max_send_size", "268435456", "--mca", "opal_abort_delay", "2"]
 # backend=torch: rank r is started on host r+1 through this agent, rendezvous at host 1 (the hostfile's first line)
 agent: $DIR/agent
 EOF

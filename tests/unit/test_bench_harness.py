@@ -286,6 +286,32 @@ def test_mpi_share_agrees_on_the_slowest_rank_and_the_root_noise():
     assert share.times([[1.0, 2.0], [3.0, 4.0]]) == [[1.0, 2.0], [3.0, 4.0]] and share.other(0.3) == 0.3
 
 
+def test_clock_share_times_a_call_from_the_last_entry_to_the_last_exit():
+    """Two ranks on one clock, two calls of one item: this rank entered at 10 and 20 and took 1 and 2 s; the other
+    (scripted) entered at 10.5 and 19 and took 0.2 and 3.5 s."""
+    import numpy as np
+
+    class Comm:
+        def __init__(self) -> None:
+            self.other = [np.array([[10.5], [19.0]]), np.array([[0.2], [3.5]])]
+
+        def Get_size(self) -> int:
+            return 2
+
+        def Allgather(self, send, recv) -> None:
+            recv[0], recv[1] = send, self.other.pop(0)
+
+    share = harness.ClockShare(Comm())
+    assert share.timed(lambda: None) >= 0 and len(share.entries) == 1
+    share.entries = [10.0, 20.0]
+    assert [row[0] for row in share.times([[1.0], [2.0]])] == pytest.approx([0.5, 2.5])
+    share.keep()
+    assert share.kept == {"slowest": [[1.0], [3.5]], "skew": [[0.5], [1.0]]}
+    share.entries = [1.0]
+    with pytest.raises(RuntimeError, match="1 timed calls for 2 times"):
+        share.times([[1.0], [2.0]])
+
+
 BUSY = """
 import sys, time
 t0 = time.time()

@@ -67,7 +67,7 @@ def test_pinned_fit_with_a_free_link_is_the_weighted_mean():
 
 
 def test_default_link_is_the_measured_testbed_link():
-    assert (fig.TESTBED_LINK.alpha, fig.TESTBED_LINK.beta) == (8.59e-5, 8.43e-9)
+    assert (fig.TESTBED_LINK.alpha, fig.TESTBED_LINK.beta) == (2.54e-5, 8.44e-9)
     assert fig.load_link(None, None) == fig.TESTBED_LINK
 
 
@@ -98,7 +98,7 @@ def test_counts_line_is_printed(capsys):
 def test_link_options(tmp_path):
     assert fig.load_link([1e-4, 2e-9], None) == AlphaBeta(1e-4, 2e-9)
     path = tmp_path / "alphabeta.yaml"
-    path.write_text("name: testbed\nnetwork:\n  alpha: 8.59e-5\n  beta: 8.43e-9\n")
+    path.write_text("name: testbed\nnetwork:\n  alpha: 2.54e-5\n  beta: 8.44e-9\n")
     assert fig.load_link(None, str(path)) == fig.TESTBED_LINK
 
 

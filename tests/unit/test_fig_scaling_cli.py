@@ -130,7 +130,7 @@ def test_naive_and_pinned_predictors_score_as_the_calibrated_fit(calibrated):
         assert float(r["mean_error_P32"]) == pytest.approx((t4 + t8) / 2 / t32 - 1, rel=1e-9)
         assert float(r["logline_error_P16"]) == pytest.approx((t4 + 2 * (t8 - t4)) / t16 - 1, rel=1e-9)
         assert float(r["logline_error_P32"]) == pytest.approx((t4 + 3 * (t8 - t4)) / t32 - 1, rel=1e-9)
-        assert (float(r["pinned_alpha_s"]), float(r["pinned_beta_s_per_byte"])) == (8.59e-5, 8.43e-9)
+        assert (float(r["pinned_alpha_s"]), float(r["pinned_beta_s_per_byte"])) == (2.54e-5, 8.44e-9)
         assert float(r["pinned_constant_s"]) >= 0
         for key in ("mean", "logline", "pinned"):
             held_out = [float(r[f"{key}_error_P16"]), float(r[f"{key}_error_P32"])]
@@ -145,7 +145,7 @@ def test_naive_and_pinned_predictors_score_as_the_calibrated_fit(calibrated):
 
 def test_counts_line_is_printed_and_link_from_sets_the_pinned_link(calibrated, tmp_path, capsys):
     link = tmp_path / "alphabeta.yaml"
-    link.write_text("name: testbed\nnetwork:\n  alpha: 8.59e-5\n  beta: 8.43e-9\n")
+    link.write_text("name: testbed\nnetwork:\n  alpha: 2.54e-5\n  beta: 8.44e-9\n")
     assert load_fig_scaling().main(["--out", str(tmp_path / "out"), "--link-from", str(link)]) == 0
     out = capsys.readouterr().out
     assert "held-out (model, scheme) pairs within 25 %: calibrated 6 of 15, mean 6, log-line 6, pinned 6\n" in out

@@ -3,10 +3,11 @@
 The same `Collective.program` as the in-process executor (`ssgd.comm.thread`), stepped by the
 same `ssgd.comm.driver.run_program`; only how each operation is carried out differs:
 
-  * `Send` / `Recv`: `MPI.Send` / `MPI.Recv` on the tensors' memory (contiguous CPU tensors go to
-    mpi4py directly, no copy). Sparse schemes therefore see the same bits as under threads.
-    GPU tensors are staged through host memory unless MPI reports CUDA support (`CUDA_AWARE`).
-  * `Allgatherv`: the block sizes are gathered first, then one `MPI.Allgatherv`.
+  * `Send` / `Recv`: `MPI.Send` / `MPI.Recv` on the tensors' memory (a contiguous CPU tensor goes to
+    mpi4py as a NumPy view of it, `_host`: no copy). Sparse schemes therefore see the same bits as under
+    threads. GPU tensors are staged through host memory unless MPI reports CUDA support (`CUDA_AWARE`).
+  * `Allgatherv`: the block sizes are gathered first (one `MPI.Allgather` of an int64 per rank), then one
+    `MPI.Allgatherv`.
   * `Bcast`: `MPI.Bcast` from rank 0.
   * `Allreduce`: `MPI.Allreduce(SUM)`: fast, but MPI fixes no summation order, so dense results
     equal the rank-order sum of the threads backend only to rounding (tests/integration/test_mpi.py
@@ -43,36 +44,57 @@ def _comm_device(t: torch.Tensor) -> torch.device:
     return t.device if (not t.is_cuda or CUDA_AWARE) else torch.device("cpu")
 
 
+SUMMED = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE}     # what `Allreduce` sums, as MPI datatypes
+
+
+def _host(t: torch.Tensor, datatype: MPI.Datatype = MPI.BYTE) -> Any:
+    """What mpi4py reads or writes for the contiguous tensor `t`: its host memory as an MPI buffer of bytes (or of
+    `datatype`, for a reduction), no copy: mpi4py takes that in under a microsecond, where a tensor goes through
+    DLPack, 20 us more per buffer and call (measured on the testbed of docs/testbed.md); a device tensor as it
+    is (CUDA-aware MPI). The buffer only points at `t`'s memory: the caller keeps `t` alive until MPI is done."""
+    if t.device.type != "cpu":
+        return t
+    return [MPI.buffer.fromaddress(t.data_ptr(), t.numel() * t.element_size()), datatype]
+
+
 def execute(op: Op, comm: MPI.Comm, log: RankLog, pool: dict | None = None) -> Any:
     """Carry out one operation for this rank; returns what the program receives back."""
     rank, P = comm.Get_rank(), comm.Get_size()
     device = _comm_device(op.buf)
     if isinstance(op, Send):
-        comm.Send(to_comm(op.buf, device, log), dest=op.dest, tag=op.tag)
+        comm.Send(_host(to_comm(op.buf, device, log)), dest=op.dest, tag=op.tag)
         log.stats.add(op.sent())
         return None
     if isinstance(op, Recv):
-        buf = op.buf if op.buf.device == device else empty_on(op.buf, device)
-        comm.Recv(buf, source=op.source, tag=op.tag)
+        buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
+        comm.Recv(_host(buf), source=op.source, tag=op.tag)
         if buf is not op.buf:
             op.buf.copy_(from_comm(buf, op.buf, log))
         return None
     if isinstance(op, Allreduce):
         send = to_comm(op.buf, device, log)
         out = pooled(send, pool)
-        comm.Allreduce(send, out, op=MPI.SUM)
+        if send.dtype not in SUMMED:
+            raise TypeError(f"MPI executor: an Allreduce of {send.dtype}; it sums {', '.join(map(str, SUMMED))}")
+        comm.Allreduce(_host(send, SUMMED[send.dtype]), _host(out, SUMMED[send.dtype]), op=MPI.SUM)
         log.stats.add(op.sent(rank, P))
         return from_comm(out, op.buf, log)
     if isinstance(op, Allgatherv):
         send = to_comm(op.buf, device, log)
-        sizes = comm.allgather(send.numel())
+        mine, counts = torch.tensor([send.numel()]), torch.empty(P, dtype=torch.int64)   # alive until the call returns
+        comm.Allgather(_host(mine, MPI.INT64_T), _host(counts, MPI.INT64_T))
+        sizes = counts.tolist()
         recv = torch.empty(sum(sizes), dtype=send.dtype, device=send.device)
-        comm.Allgatherv(send, [recv, sizes])
+        if recv.is_cuda:
+            comm.Allgatherv(send, [recv, sizes])
+        else:
+            width = send.element_size()
+            comm.Allgatherv(_host(send), _host(recv)[:1] + [[n * width for n in sizes], MPI.BYTE])
         log.stats.add(op.sent(rank, P, [n * send.element_size() for n in sizes]))
         return list(from_comm(recv, op.buf, log).split(sizes))
     if isinstance(op, Bcast):
         buf = to_comm(op.buf, device, log) if rank == 0 else empty_on(op.buf, device)
-        comm.Bcast(buf, root=0)
+        comm.Bcast(_host(buf), root=0)
         log.stats.add(op.sent(rank, P))
         return from_comm(buf, op.buf, log)
     raise TypeError(f"unknown operation {op!r}")

@@ -11,6 +11,12 @@ raise `CollectiveDeadlock` describing each rank's pending op instead of hanging.
 Besides counting bytes and messages per rank, the executor keeps a modelled clock per rank when a
 network is given: a matched Send/Recv ends at max(both clocks) + alpha + n beta, a collective ends
 at max(all clocks) + its closed-form time. Tests compare these clocks with `ssgd.perf.cost`.
+On a `ssgd.perf.shaped.ShapedLink` (links shaped by token buckets, the testbed of docs/testbed.md) the
+clocks follow `ssgd.perf.shaped.ShapedNet` instead: a Send leaves at the sender's clock (eager) and the
+receiver's clock becomes at least its arrival; collectives run the schedules ShapedNet times, every rank's
+bucket carried through the call. With `compute` (per rank, the seconds its program computes before each of
+its operations and after the last, e.g. measured on a real rank) each clock also advances by those, so
+that the clocks model a call as P hosts with a CPU each run it: the network modelled, the compute given.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from ssgd.comm.driver import advance
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, nbytes
 from ssgd.payload import Payload
 from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.perf.shaped import ShapedLink, ShapedNet
 
 
 class CollectiveDeadlock(RuntimeError):
@@ -52,16 +59,42 @@ def _collective_result(ops: list[Op]) -> tuple[Any, list[int] | None]:
     raise CollectiveDeadlock(f"unknown collective {first!r}")
 
 
+def _shaped_end(op: Op, net: ShapedNet, block_bytes: list[int] | None, start: float) -> float:
+    """When the collective `op` (every rank's, posted by `start`) ends on the shaped network."""
+    if isinstance(op, Allreduce):
+        return net.allreduce(op.buf.numel(), op.buf.element_size(), start)
+    if isinstance(op, Allgatherv):
+        assert block_bytes is not None
+        return net.allgatherv(block_bytes, start)
+    if isinstance(op, Bcast):
+        return net.bcast(nbytes(op.buf), start)
+    raise CollectiveDeadlock(f"unknown collective {op!r}")
+
+
 def run_threads(collective: Collective, payloads: Sequence[Payload],
-                net: AlphaBeta | None = None) -> tuple[list[Reduced], list[RankLog]]:
-    """Run `collective` on all P = len(payloads) ranks; returns per-rank results and logs."""
+                net: AlphaBeta | ShapedLink | None = None,
+                compute: Sequence[Sequence[float]] | None = None) -> tuple[list[Reduced], list[RankLog]]:
+    """Run `collective` on all P = len(payloads) ranks; returns per-rank results and logs (with modelled
+    clocks on `net`, and `compute[r][i]`, rank r's compute before its i-th operation (after its last one
+    for i = its count of operations), added to its clock: module docstring). ValueError when `compute`
+    does not give P ranks, or a rank fewer values than its program has steps."""
     P = len(payloads)
+    if compute is not None and len(compute) != P:
+        raise ValueError(f"run_threads: compute for {len(compute)} ranks, {P} payloads")
     gens = [collective.program(r, P, payloads[r]) for r in range(P)]
     logs = [RankLog() for _ in range(P)]
     pending: list[Op | None] = [None] * P
     results: list[Reduced | None] = [None] * P
+    shaped = ShapedNet(net, P) if isinstance(net, ShapedLink) else None
+    steps = [0] * P
 
     def resume(r: int, value: Any = None) -> None:
+        if compute is not None:
+            if steps[r] >= len(compute[r]):
+                raise ValueError(f"run_threads: rank {r}'s program has more steps than its {len(compute[r])} compute "
+                                 "values")
+            logs[r].clock += compute[r][steps[r]]
+            steps[r] += 1
         pending[r], done = advance(gens[r], value)
         if done is not None:
             results[r] = done
@@ -80,7 +113,10 @@ def run_threads(collective: Collective, payloads: Sequence[Payload],
                                                  f"{op.dest} receives {tuple(peer.buf.shape)} {peer.buf.dtype}")
                     peer.buf.copy_(op.buf)
                     logs[r].stats.add(op.sent())
-                    if net is not None:
+                    if shaped is not None:
+                        free, arrived = shaped.send(r, nbytes(op.buf), logs[r].clock)
+                        logs[r].clock, logs[op.dest].clock = free, max(logs[op.dest].clock, arrived)
+                    elif net is not None:
                         end = max(logs[r].clock, logs[op.dest].clock) + op.seconds(net)
                         logs[r].clock = logs[op.dest].clock = end
                     resume(r)
@@ -89,7 +125,9 @@ def run_threads(collective: Collective, payloads: Sequence[Payload],
         if not progressed and all(isinstance(op, (Allreduce, Allgatherv, Bcast)) for op in pending):
             ops: list[Op] = pending  # type: ignore[assignment]
             value, block_bytes = _collective_result(ops)
-            if net is not None:
+            if shaped is not None:
+                end = _shaped_end(ops[0], shaped, block_bytes, max(log.clock for log in logs))
+            elif net is not None:
                 end = max(log.clock for log in logs) + ops[0].seconds(net, P, block_bytes)
             for r in range(P):
                 logs[r].stats.add(ops[r].sent(r, P, block_bytes))

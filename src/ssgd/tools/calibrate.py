@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="relative: one line through every size, relative residuals; regimes: alpha from the "
                     "messages <= 8 KiB, beta from the slope of those >= 2 MiB (token-bucket links, docs/testbed.md)")
     ap.add_argument("--points", default=None, help="also write the ping-pong's sizes and times here (JSON)")
+    ap.add_argument("--idle-ms", type=float, default=0.0,
+                    help="both ranks sleep this long before each round trip (token-bucket links: every message finds "
+                         "its bucket full; ssgd.tools.pingpong)")
     args = ap.parse_args(argv)
     extra: list[str] = []
     if args.from_cluster:
@@ -70,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         args.hostfile, args.world_size = cluster.get("hostfile"), int(cluster.world_size)
         extra = [str(a) for a in cluster.get("mpiexec_args") or []]
     out = Path(args.out) if args.out else CONF / f"{args.name}.yaml"
+    if args.idle_ms < 0:
+        print(f"error: --idle-ms={args.idle_ms}: must be >= 0", file=sys.stderr)
+        return 2
     if args.world_size < 1:
         print(f"error: --world-size={args.world_size}: must be >= 1", file=sys.stderr)
         return 2
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "pingpong.json"
         argv_mpi = [mpiexec_path(), "-n", "2"] + (["--hostfile", args.hostfile] if args.hostfile else []) + extra
-        argv_mpi += [sys.executable, "-m", "mpi4py", "-m", "ssgd.tools.pingpong", str(result)]
+        argv_mpi += [sys.executable, "-m", "mpi4py", "-m", "ssgd.tools.pingpong", str(result), repr(args.idle_ms)]
         status = subprocess.run(argv_mpi, env=worker_env(local=args.hostfile is None), timeout=600).returncode
         if status != 0 or not result.exists():
             print(f"error: the ping-pong job failed (exit status {status})", file=sys.stderr)
