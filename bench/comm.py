@@ -443,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = f"--rounds {args.rounds}: must be >= 1"
     elif problem is None and not 0 < args.density <= 1:
         problem = f"--density {args.density}: must be in (0, 1]"
+    elif problem is None and (args.warm_calls < 0 or not args.idle_s >= 0):
+        problem = f"--warm-calls {args.warm_calls} --idle-s {args.idle_s}: both must be >= 0"
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

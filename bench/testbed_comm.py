@@ -58,7 +58,7 @@ COLUMNS = ("bw", "P", "d", "k", "collective", "measured_ms", "measured_lo_ms", "
            "entry_skew_ms", "noisy", "other_cores_max", "modelled_ms", "model_error", "network_ms", "compute_ms",
            "alphabeta_ms", "alphabeta_error", "floor_ms", "ratio_to_floor", "busiest_link_bytes", "critical_messages",
            "alpha_s", "beta_s_per_byte", "link_bytes_per_s", "burst_bytes", "host_beta_s_per_byte")
-BURST_WIRE_BYTES = 256 * 1024     # scripts/testbed/testbed.sh: tbf ... burst 256kb
+BURST = "256kb"         # scripts/testbed/testbed.sh's tbf burst, where its env file does not say (older testbeds)
 
 
 def check_hosts(Ps: list[int], hosts: int) -> str | None:
@@ -134,11 +134,20 @@ def collective(name: str) -> Any:
             "gaussiank_allgather": SparseAllgather, "gtopk_allreduce": GTopKAllreduce}[name]()
 
 
-def shaped_link(fit: dict[str, Any], bw: str) -> Any:
+def size_bytes(size: str) -> float:
+    """A tc size ('256kb', '1mb', '32kbit', '1500') in bytes (tc: b = bytes, bit = bits; k, m, g = 1024^n)."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([kmg]?)(b|bit|)", size.strip().lower())
+    if not m:
+        raise ValueError(f"burst {size!r}: not a tc size such as 256kb")
+    scale = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2)]
+    return float(m.group(1)) * scale / (8 if m.group(3) == "bit" else 1)
+
+
+def shaped_link(fit: dict[str, Any], bw: str, burst: str = BURST) -> Any:
     """The testbed's links as `ssgd.perf.shaped.ShapedLink`: the ping-pong (full buckets) and tc's rate and burst."""
     from ssgd.perf.shaped import ShapedLink
 
-    return ShapedLink.from_pingpong(fit["nbytes"], fit["seconds"], BURST_WIRE_BYTES, rate_bytes_per_s(bw))
+    return ShapedLink.from_pingpong(fit["nbytes"], fit["seconds"], size_bytes(burst), rate_bytes_per_s(bw))
 
 
 def payloads(name: str, P: int, d: int) -> list[Any]:
@@ -175,12 +184,12 @@ def model_ms(name: str, P: int, d: int, link: Any, compute: list[list[float]]) -
     return 1e3 * total, 1e3 * max(log.clock for log in logs)
 
 
-def rows_of(case: dict[str, Any], bw: str, fit: dict[str, Any]) -> list[dict[str, Any]]:
-    """One CSV row per collective of one (P, d) case of bench/comm.py's worker."""
+def rows_of(case: dict[str, Any], bw: str, fit: dict[str, Any], burst: str = BURST) -> list[dict[str, Any]]:
+    """One CSV row per collective of one (P, d) case of bench/comm.py's worker, on links of tc rate `bw` and burst."""
     from ssgd.perf.alphabeta import AlphaBeta
 
     net, unit = AlphaBeta(fit["alpha"], fit["beta"]), AlphaBeta(1.0, 0.0)
-    link = shaped_link(fit, bw)
+    link = shaped_link(fit, bw, burst)
     rate = rate_bytes_per_s(bw)
     s = harness.Series.from_json(case["series"])
     other = [r.other_cores for r in s.rounds]
@@ -272,12 +281,14 @@ def main(argv: list[str] | None = None) -> int:
         sizes, problem = [], problem or f"--sizes {' '.join(args.sizes)}: sizes are 0.27M, 1M, 4M, 25M, 61M or " \
                                         "integers with K or M"
     env = testbed_env()
-    hosts, bw = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"]
+    hosts, bw, burst = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"], env.get("SSGD_TESTBED_BURST", BURST)
     default_P = sorted({p for p in (2, 4, 8, 16, 32, 64) if p <= hosts} | {hosts})
     Ps = args.P or (sorted({2, hosts}) if args.quick else default_P)
     problem = problem or check_hosts(Ps, hosts)
     if problem is None and any(s < 1 for s in sizes):
         problem = "--sizes: must be >= 1"
+    if problem is None and (args.warm_calls < 0 or not args.idle_ms >= 0):
+        problem = f"--warm-calls {args.warm_calls} --idle-ms {args.idle_ms}: both must be >= 0"
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -300,12 +311,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[testbed] P={P}: {job['status']}, {job['wall_s']:.1f} s"
                   + (f", peak RSS per host up to {max(rss) / 2**30:.2f} GiB" if rss else ""), file=sys.stderr)
             jobs.append({k: v for k, v in job.items() if k != "cases"})
-            rows += [row for case in job["cases"] for row in rows_of(case, bw, fit)]
+            rows += [row for case in job["cases"] for row in rows_of(case, bw, fit, burst)]
     rows.sort(key=lambda r: (r["d"], r["P"], ITEMS.index(r["collective"])))
     print("\n".join(table(rows)) + "\n")
     print("\n".join(summary(rows)))
     stem = args.out_dir / (f"testbed_{bw}_quick" if args.quick else f"testbed_{bw}")
-    write_results(stem, rows, COLUMNS, {"testbed": {"hosts": hosts, "bw": bw},
+    write_results(stem, rows, COLUMNS, {"testbed": {"hosts": hosts, "bw": bw, "burst": burst},
                                         "fit": {k: fit[k] for k in ("alpha", "beta", "fit")},
                                         "machine": machine.describe(), "jobs": jobs}, start)
     failed = [j for j in jobs if j["status"] != "ok"]

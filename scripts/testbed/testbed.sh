@@ -92,7 +92,8 @@ i=\${host##*.}
 GLOO_SOCKET_IFNAME=eth0 exec ip netns exec "$PREFIX\$i" unshare --uts /bin/sh -c "hostname tb\$i; \$*"
 EOF
     chmod +x "$DIR/agent"
-    printf 'SSGD_TESTBED_P=%s\nSSGD_TESTBED_BW=%s\nSSGD_TESTBED_DIR=%s\n' "$P" "$BW" "$DIR" > "$DIR/env"
+    printf 'SSGD_TESTBED_P=%s\nSSGD_TESTBED_BW=%s\nSSGD_TESTBED_DIR=%s\nSSGD_TESTBED_BURST=%s\n' "$P" "$BW" "$DIR" "$BURST" \
+        > "$DIR/env"
     cat > "$CONF" <<EOF
 # Written by \`make testbed-up P=$P BW=$BW\` (scripts/testbed/testbed.sh); removed by \`make testbed-down\`. Not in git:
 # it depends on P. $P hosts, one rank each, on $BW links shaped by tbf in both directions (docs/testbed.md).

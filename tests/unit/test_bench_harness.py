@@ -458,7 +458,28 @@ def test_comm_measures_ours_and_released_in_the_same_rounds(tmp_path):
     assert "| 2 | 65536 |" in proc.stdout and "ours / released, with decode" in proc.stdout
 
 
+@pytest.mark.slow
+def test_comm_times_from_the_last_entry_with_each_ranks_compute(tmp_path):
+    """The testbed's protocol (bench/testbed_comm.py) on local ranks: a warm call and an idle spin before each
+    timed call, the time from the last entry, and per rank the compute before each operation and after the last:
+    the Top-k AllGather has one (Allgatherv), gTop-k's rank 0 three (Recv, Bcast) + 1, its rank 1 two (Send, Bcast)."""
+    out = tmp_path / "comm.json"
+    proc = run("comm.py", "--P", "2", "--sizes", "64K", "--rounds", "2", "--retries", "0", "--min-round-s", "0",
+               "--items", "topk_allgather", "gtopk_allreduce", "--from-last-entry", "--warm-calls", "1",
+               "--idle-s", "0.001", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (case,) = json.loads(out.read_text())["cases"]
+    compute = case["compute_s"]
+    assert [len(c) for c in compute["topk_allgather"]] == [2, 2]
+    assert [len(c) for c in compute["gtopk_allreduce"]] == [3, 3]          # P = 2: Recv, Bcast | Send, Bcast
+    assert all(t >= 0 for c in compute.values() for rank in c for t in rank)
+    for name in ("topk_allgather", "gtopk_allreduce"):
+        timed = harness.Series.from_json(case["series"]).median(name)
+        assert 0 < timed <= case["slowest_s"][name] + 1e-9 and case["skew_s"][name] >= 0
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--warm-calls", "-1"], "error: --warm-calls -1 --idle-s 0.0: both must be >= 0\n"),
     (["--rounds", "0"], "error: --rounds 0: must be >= 1\n"),
     (["--noise-threshold", "0"], "error: --noise-threshold 0.0: must be > 0\n"),
     (["--sizes", "lots"], "error: --sizes lots: sizes are integers, optionally with K or M (2**10, 2**20)\n"),

@@ -20,6 +20,14 @@ def test_tc_rates_in_bytes_per_second(bw, rate):
     assert testbed.rate_bytes_per_s(bw) == pytest.approx(rate)
 
 
+@pytest.mark.parametrize("size, nbytes", [("256kb", 262_144), ("1mb", 2**20), ("32kbit", 4096), ("1500", 1500),
+                                           ("1500b", 1500)])
+def test_tc_sizes_in_bytes(size, nbytes):
+    assert testbed.size_bytes(size) == nbytes
+    with pytest.raises(ValueError, match="burst 'big'"):
+        testbed.size_bytes("big")
+
+
 def test_a_bad_rate_is_refused():
     with pytest.raises(ValueError, match="BW='fast'"):
         testbed.rate_bytes_per_s("fast")
