@@ -89,6 +89,23 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024      # KiB on Linux
 
 
+def payloads(d: int, rank: int, density: float) -> dict[str, Any]:
+    """Rank `rank`'s payload for each collective at d, from u = randn(d) with seed = rank: u itself (dense), the
+    exact top-k of u (the Top-k AllGather's and gTop-k's), Gaussian-k's selection. The worker's inputs, and
+    those of the testbed's model of its calls (bench/testbed_comm.py)."""
+    import torch
+
+    import ours
+    from ssgd.compress.gaussiank import GaussianK
+    from ssgd.compress.sparse import k_of
+    from ssgd.payload import Dense
+
+    u = torch.randn(d, generator=torch.Generator().manual_seed(rank))
+    topk = ours.select(u, k_of(d, density))
+    return {"dense_allreduce": Dense(u), "topk_allgather": topk,
+            "gaussiank_allgather": GaussianK().compress(u, density), "gtopk_allreduce": topk}
+
+
 def kept_medians(share: harness.ClockShare, names: list[str]) -> dict[str, dict[str, float]]:
     """Per item, the median over the kept calls since the last case of the slowest rank's duration and of the ranks'
     entry skew (`harness.ClockShare`), in seconds."""
@@ -108,9 +125,7 @@ def worker(args: argparse.Namespace) -> None:
     import released_gtopk as released
     from ssgd.comm.allgather import SparseAllgather
     from ssgd.comm.dense import DenseAllreduce
-    from ssgd.compress.gaussiank import GaussianK
     from ssgd.compress.sparse import k_of
-    from ssgd.payload import Dense
     from ssgd.perf import cost
     from ssgd.perf.alphabeta import AlphaBeta
 
@@ -139,14 +154,14 @@ def worker(args: argparse.Namespace) -> None:
     cases, series_out, pool = [], [], {}
     for d in [parse_size(s) for s in args.sizes]:
         k = k_of(d, args.density)
-        u = torch.randn(d, generator=torch.Generator().manual_seed(rank))
-        topk = ours.select(u, k)
-        gaussk = GaussianK().compress(u, args.density)
-        idx, val = ours.payload_arrays(topk)
+        given = payloads(d, rank, args.density)
+        idx, val = ours.payload_arrays(given["topk_allgather"])
         params = ours.make_params(d)
         buffer = torch.zeros(d)                       # the released trainer's persistent flat gradient
-        colls = {"dense_allreduce": (DenseAllreduce(), Dense(u)), "topk_allgather": (SparseAllgather(), topk),
-                 "gaussiank_allgather": (SparseAllgather(), gaussk), "gtopk_allreduce": (ours.gtopk(), topk)}
+        colls = {"dense_allreduce": (DenseAllreduce(), given["dense_allreduce"]),
+                 "topk_allgather": (SparseAllgather(), given["topk_allgather"]),
+                 "gaussiank_allgather": (SparseAllgather(), given["gaussiank_allgather"]),
+                 "gtopk_allreduce": (ours.gtopk(), given["gtopk_allreduce"])}
         counted = {}
         for name, (coll, payload) in colls.items():          # one call each: counts (and a first warm-up)
             n = payload.count
@@ -220,7 +235,7 @@ def worker(args: argparse.Namespace) -> None:
                 extra = {**clocked, "compute_s": {name: [r[name] for r in every_rank] for name in medians}}
             cases.append({"P": P, "d": d, "k": k, "density": args.density, "counted": counted,
                           "series": series.to_json(), **extra})
-        del u, topk, gaussk, colls, params, buffer, items
+        del given, colls, params, buffer, items
         pool.clear()
     rss = comm.gather(peak_rss_bytes(), root=0)
     if rank == 0:

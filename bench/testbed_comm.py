@@ -150,34 +150,17 @@ def shaped_link(fit: dict[str, Any], bw: str, burst: str = BURST) -> Any:
     return ShapedLink.from_pingpong(fit["nbytes"], fit["seconds"], size_bytes(burst), rate_bytes_per_s(bw))
 
 
-def payloads(name: str, P: int, d: int) -> list[Any]:
-    """Every rank's payload of `name` at (P, d), as bench/comm.py's worker makes them (u = randn(d), seed = rank)."""
-    import torch
-
-    import ours
-    from ssgd.compress.gaussiank import GaussianK
-    from ssgd.compress.sparse import k_of
-    from ssgd.payload import Dense
-
-    out = []
-    for rank in range(P):
-        u = torch.randn(d, generator=torch.Generator().manual_seed(rank))
-        out.append({"dense_allreduce": lambda: Dense(u), "topk_allgather": lambda: ours.select(u, k_of(d, comm.DENSITY)),
-                    "gaussiank_allgather": lambda: GaussianK().compress(u, comm.DENSITY),
-                    "gtopk_allreduce": lambda: ours.select(u, k_of(d, comm.DENSITY))}[name]())
-    return out
-
-
-def model_ms(name: str, P: int, d: int, link: Any, compute: list[list[float]]) -> tuple[float, float]:
+def model_ms(name: str, given: list[Any], link: Any, compute: list[list[float]]) -> tuple[float, float]:
     """(modelled ms, of it the network's) of one call: the collective's real program run in this process on the
-    modelled links (`ssgd.comm.thread.run_threads(net=link)`), with `compute`, each rank's measured compute
-    between its MPI calls (the medians over the timed calls of bench/comm.py's worker)."""
+    modelled links (`ssgd.comm.thread.run_threads(net=link)`) with every rank's payload `given`, and `compute`,
+    each rank's measured compute between its MPI calls (the medians over the timed calls of bench/comm.py's
+    worker)."""
     import torch
 
     from ssgd.comm.thread import run_threads
 
     torch.set_num_threads(1)
-    coll, given = collective(name), payloads(name, P, d)
+    coll = collective(name)
     _, logs = run_threads(coll, given, net=link, compute=compute)
     total = max(log.clock for log in logs)
     _, logs = run_threads(coll, given, net=link)
@@ -193,13 +176,14 @@ def rows_of(case: dict[str, Any], bw: str, fit: dict[str, Any], burst: str = BUR
     rate = rate_bytes_per_s(bw)
     s = harness.Series.from_json(case["series"])
     other = [r.other_cores for r in s.rounds]
+    given = [comm.payloads(case["d"], rank, comm.DENSITY) for rank in range(case["P"])]   # the worker's inputs
     rows = []
     for name in s.names:
         counted = case["counted"][name]
         coll, P, d, counts = collective(name), case["P"], case["d"], counted["entries_by_rank"]
         sp = s.spread(name)
         alphabeta = coll.model_seconds(net, P, d, counts)
-        modelled, network = model_ms(name, P, d, link, case["compute_s"][name])
+        modelled, network = model_ms(name, [g[name] for g in given], link, case["compute_s"][name])
         messages = round(coll.model_seconds(unit, P, d, counts))        # alpha = 1, beta = 0: the message count
         busiest = max(counted["bytes_by_rank_measured"])
         floor = busiest / rate + messages * net.alpha
@@ -267,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-calls", type=int, default=1,
                     help="untimed calls of the same collective right before each timed one (default %(default)s)")
     ap.add_argument("--idle-ms", type=float, default=IDLE_MS,
-                    help="ms every host sleeps after the warm call, before each timed call: its token buckets refill, "
-                         "as after a training step's compute (default %(default)s; 2.1 ms refill them at 1gbit)")
+                    help="ms every host computes (spins) after the warm call, before each timed call: its token buckets "
+                         "refill, as during a training step's compute (default %(default)s; 2.1 ms refill them at 1gbit)")
     ap.add_argument("--refit", action="store_true", help="measure alpha/beta again even when a fresh fit exists")
     ap.add_argument("--out-dir", type=Path, default=comm.RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mpiexec job before it is killed")

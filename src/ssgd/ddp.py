@@ -221,18 +221,15 @@ class SparseHook:
             self.executor = TorchExecutor(self.group, self.buffers)
         collective = self.scheme.collective_for(u.numel(), job.density)   # min-compression rule
         reduced, log = run_torch(collective, payload, executor=self.executor)
-        d = u.numel()
+        d, total = u.numel(), reduced.total
         state.sync.settle(payload, reduced)
-        total = reduced.total
-        at = None
-        if not in_order and buf.dtype == torch.float32 and isinstance(total, Sparse):
-            at = state.in_buffer(total.idx, positions, grads, buf)
         if in_order and buf.dtype == torch.float32:
             reduced.average(out=buf)        # written in place: no d-sized temporary (the same bits as a copy)
         elif in_order:
             buf.copy_(reduced.average())
-        elif at is not None:                # the sparse average scattered straight to DDP's layout
-            Sparse(at, total.val, total.numel).to_dense(scale=reduced.P, out=buf)
+        elif (buf.dtype == torch.float32 and isinstance(total, Sparse)
+              and (at := state.in_buffer(total.idx, positions, grads, buf)) is not None):
+            Sparse(at, total.val, total.numel).to_dense(scale=reduced.P, out=buf)   # straight to DDP's layout
         else:
             average = reduced.average()
             for i in order:

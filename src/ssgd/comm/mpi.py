@@ -4,7 +4,7 @@ The same `Collective.program` as the in-process executor (`ssgd.comm.thread`), s
 same `ssgd.comm.driver.run_program`; only how each operation is carried out differs:
 
   * `Send` / `Recv`: `MPI.Send` / `MPI.Recv` on the tensors' memory (a contiguous CPU tensor goes to
-    mpi4py as a NumPy view of it, `_host`: no copy). Sparse schemes therefore see the same bits as under
+    mpi4py as an MPI buffer at its address, `_host`: no copy). Sparse schemes therefore see the same bits as under
     threads. GPU tensors are staged through host memory unless MPI reports CUDA support (`CUDA_AWARE`).
   * `Allgatherv`: the block sizes are gathered first (one `MPI.Allgather` of an int64 per rank), then one
     `MPI.Allgatherv`.

@@ -3,32 +3,32 @@
 The alpha-beta model (`ssgd.perf.alphabeta`, `ssgd.perf.cost`) charges alpha + n beta for every message.
 A link shaped by a token bucket of rate R and depth B (tc's `rate` and `burst`) is not such a link: a
 message that finds the bucket full passes its first B bytes at the host's own speed, and only the rest
-at R; back-to-back messages find it drained. Measured on the testbed (1gbit, burst 256 KiB, ping-pong
-between two hosts): 128 KiB one way in 0.54 ms (the rate would take 1.05 ms), 2 MiB in 15.7 ms, and at
-the rate itself 119.5 MB/s of payload (TCP/IP headers take 4.4 % of every 1,514-byte frame).
+at R; back-to-back messages find it drained. Measured on the testbed (1gbit, burst 256 KiB, both hosts of
+a pair sending at once): 128 KiB in 84-97 us after 4 ms without traffic, 1.03 ms back to back (the rate:
+1.05 ms), and at the rate itself 118.5 MB/s of payload (TCP/IP headers take 4.4 % of every 1,514-byte frame).
 
-`ShapedLink` is measured by one ping-pong (`from_pingpong`) plus tc's burst:
+`ShapedLink` is measured by one ping-pong whose messages find full buckets (`from_pingpong`; `make
+alphabeta-testbed` idles before every round trip) plus tc's burst:
 
   * latency: the one-way time of a small message (the median of those <= 8 KiB);
   * beta: seconds per payload byte at the shaped rate (the slope of the two largest messages);
   * burst: payload bytes a full bucket lets through (tc's burst in bytes on the wire, times the payload
     share 1 / (beta x rate) of a frame);
-  * host: the ping-pong's one-way times of the messages up to the burst, which a full bucket lets through
-    at the host's speed (on the testbed flat to 8 KiB, then 4.3 ns per byte: TCP's window, not the
-    link), and host_beta, their last slope, beyond them.
+  * host: the ping-pong's one-way times of the messages up to the burst, which leave at the host's speed,
+    and host_beta, their last slope, beyond them.
 
 A message of n bytes that finds `tokens` in its sender's bucket takes latency + max(h(n), (n - tokens)
 beta), h(n) = the host time of n bytes less the latency (interpolated): the bytes leave at the host's
 speed while tokens last, then as tokens come. Tokens come back at 1 / beta per second, up to `burst`.
-`ShapedNet` keeps every rank's bucket through one call
-of a collective (all full when it starts, which on the testbed is the case after 2.1 ms without traffic)
-and times the schedules the testbed's Open MPI runs (pinned there: docs/testbed.md): a sender's message
-leaves at once (eager protocol) and arrives latency + transfer later; the ring allreduce and ring
-allgatherv step in lock step, every rank sending to the next; the binomial broadcast from rank 0 posts to
-all children at once, smallest subtree first; an Allgatherv first gathers the block sizes (ceil(log2 P)
-small messages).
-`ssgd.comm.thread.run_threads(..., net=link)` runs a collective's real program on it, one clock per rank,
-and can add each rank's measured compute (`compute=True`).
+
+`ShapedNet` keeps every rank's bucket through one call of a collective (all full when it starts, which on
+the testbed is the case after 2.1 ms without traffic) and times the schedules the testbed's Open MPI runs
+(pinned there: docs/testbed.md): a sender's message leaves at once (eager protocol) and arrives latency +
+transfer later; the ring allreduce and ring allgatherv step in lock step, every rank sending to the next;
+the binomial broadcast from rank 0 posts to all children at once, smallest subtree first; an Allgatherv
+first gathers the block sizes (ceil(log2 P) small messages). `ssgd.comm.thread.run_threads(..., net=link)`
+runs a collective's real program on it, one clock per rank, and adds each rank's given compute
+(`compute=`).
 """
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from ssgd.perf.cost import reduce_children, ring_chunks, rounds
 
 SMALL = 8192          # bytes: the latency regime of a ping-pong (`fit_alpha_beta_regimes`)
-LARGE = 2**21         # bytes: its bandwidth regime
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,6 @@ class ShapedLink:
         sizes = [n for n, _ in self.host]
         if not sizes or sizes != sorted(set(sizes)):
             raise ValueError("ShapedLink.host: needs (bytes, seconds) points of increasing, distinct sizes")
-
-    @property
-    def alpha(self) -> float:
-        """The alpha of the alpha-beta model that this link reduces to when its bucket is always empty."""
-        return self.latency
 
     def host_seconds(self, nbytes: float) -> float:
         """Seconds n bytes take to leave at the host's speed (a full bucket), after the latency."""
