@@ -28,6 +28,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+# before any process group exists, so that its `group=group.WORLD` defaults do not keep the group alive into
+# interpreter shutdown (a gloo thread then aborts the rank): see ssgd.worlds.torch_dist.TorchWorld.close
+import torch.distributed.nn.functional  # noqa: F401
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.driver import run_program

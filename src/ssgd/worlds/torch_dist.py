@@ -158,8 +158,16 @@ class TorchWorld:
     def close(self, together: bool = False) -> None:
         """Leave the process group (no-op when never joined). `together`: every rank is closing at this point
         (a run that ended normally), so first wait for all of them: a rank that tears gloo down while a peer
-        still has messages on its pairs can end the peer with std::terminate (SIGABRT, exit -6; about 1 run
-        in 8 under torchrun on 2 cores). Without it (an exception on this rank alone) leave at once."""
+        still has messages on its pairs can end the peer with std::terminate. Without it (an exception on this
+        rank alone) leave at once.
+
+        Leaving frees the group and joins gloo's worker threads only because ssgd.comm.torch_dist (imported by
+        this module and by ssgd.ddp) imports `torch.distributed.nn.functional` before any group exists: its
+        functions take `group=group.WORLD` as a default argument, evaluated on import, and the optimizer's first
+        use of `torch._dynamo` imports it. Were that after `init_process_group`, the defaults would keep the
+        group alive until interpreter shutdown, where a gloo thread that drops a finished collective's tensors
+        needs the GIL, is ended by the interpreter, and aborts the rank (SIGABRT after a complete run: about 1
+        run in 20 under torchrun on 2 busy cores; test: tests/unit/test_torch_world_close.py)."""
         if dist.is_initialized():
             if together:
                 dist.barrier(group=self.objects)
