@@ -20,6 +20,7 @@ DIR = Path(os.environ.get("SSGD_TESTBED_DIR", ROOT / "outputs" / "testbed"))
 
 @dataclass(frozen=True)
 class TestbedHosts:
+    __test__ = False    # a fixture's value, not a test class for pytest to collect
     hosts: int          # P
     rate: str           # the links' tc rate, e.g. 1gbit
     hostfile: Path
