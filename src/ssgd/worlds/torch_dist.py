@@ -157,9 +157,9 @@ class TorchWorld:
 
     def close(self, together: bool = False) -> None:
         """Leave the process group (no-op when never joined). `together`: every rank is closing at this point
-        (a run that ended normally), so first wait for all of them: a rank that tears gloo down while a peer
-        still has messages on its pairs can end the peer with std::terminate. Without it (an exception on this
-        rank alone) leave at once.
+        (a run that ended normally), so first wait for all of them, so that no rank tears gloo down while a peer
+        still has messages on its pairs (one barrier per run; added before the cause below was found, and not
+        shown to be needed without it). Without it (an exception on this rank alone) leave at once.
 
         Leaving frees the group and joins gloo's worker threads only because ssgd.comm.torch_dist (imported by
         this module and by ssgd.ddp) imports `torch.distributed.nn.functional` before any group exists: its
