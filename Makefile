@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	$(PY) -c "import torch, torchvision, hydra, mpi4py, wandb; print('setup ok: torch', torch.__version__)"
-	$(PY) -m ssgd.comm.native || echo "setup: without the C kernels (above); everything works, gTop-k merges and selections are slower"
+	$(PY) -m ssgd.native || echo "setup: without the C kernels (above); everything works, gTop-k merges and selections are slower"
 	touch $(STAMP)
 
 report: $(STAMP)  ## a run's figure, or a sweep's table + overlay: make report DIR=<run or sweep dir> (docs/reports.md)

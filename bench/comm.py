@@ -123,8 +123,8 @@ def worker(args: argparse.Namespace) -> None:
 
     import ours
     import released_gtopk as released
-    from ssgd.comm.allgather import SparseAllgather
-    from ssgd.comm.dense import DenseAllreduce
+    from ssgd.comm.collectives.allgather import SparseAllgather
+    from ssgd.comm.collectives.dense import DenseAllreduce
     from ssgd.compress.sparse import k_of
     from ssgd.perf import cost
     from ssgd.perf.alphabeta import AlphaBeta

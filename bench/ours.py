@@ -24,15 +24,15 @@ def payload_arrays(payload: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gtopk() -> Any:
-    from ssgd.comm.gtopk import GTopKAllreduce
+    from ssgd.comm.collectives.gtopk import GTopKAllreduce
 
     return GTopKAllreduce()
 
 
 def run(collective: Any, payload: Any, comm: Any, pool: dict | None = None) -> tuple[Any, Any]:
     """One call of `collective` on this MPI rank: (result, per-rank log with byte/message counts). `pool`: the
-    result buffers kept between calls, as the trainer keeps them (`ssgd.comm.staging.pooled`)."""
-    from ssgd.comm.mpi import run_mpi
+    result buffers kept between calls, as the trainer keeps them (`ssgd.comm.executors.staging.pooled`)."""
+    from ssgd.comm.executors.mpi import run_mpi
 
     return run_mpi(collective, payload, comm, pool)
 
@@ -64,11 +64,11 @@ class TimedComm:
 def run_timed(collective: Any, payload: Any, comm: Any, pool: dict | None = None) -> tuple[Any, Any, list[float]]:
     """`run`, and the seconds this rank computed before each of its program's operations and after the last: all
     its time outside the MPI library's calls (the program's own work and the executor's around each call), for
-    `ssgd.comm.thread.run_threads(compute=...)`."""
+    `ssgd.comm.executors.thread.run_threads(compute=...)`."""
     import time
 
     from ssgd.comm.driver import run_program
-    from ssgd.comm.mpi import execute
+    from ssgd.comm.executors.mpi import execute
     from ssgd.comm.ops import RankLog
 
     log, gaps, timed_comm = RankLog(), [], TimedComm(comm)

@@ -12,7 +12,7 @@ buckets refill), and is timed from the last rank's entry to the last rank's exit
 namespaces share one clock). Each measured time is set against three numbers, none fitted to any collective:
 
   * modelled: the collective's program on `ssgd.perf.shaped.ShapedLink` (the ping-pong between hosts 1 and 2,
-    with full buckets, and tc's rate and burst) through `ssgd.comm.thread.run_threads`, plus each rank's compute
+    with full buckets, and tc's rate and burst) through `ssgd.comm.executors.thread.run_threads`, plus each rank's compute
     between its MPI calls measured in the same timed calls (`ours.run_timed`); error = modelled / measured - 1;
   * alpha-beta: `Collective.model_seconds(AlphaBeta(alpha, beta), P, d, counts)`, alpha and beta of the same
     ping-pong fitted by regime (`make alphabeta-testbed`; run first when missing, older than the testbed, or
@@ -126,9 +126,9 @@ def calibrated(refit: bool) -> dict[str, Any]:
 
 
 def collective(name: str) -> Any:
-    from ssgd.comm.allgather import SparseAllgather
-    from ssgd.comm.dense import DenseAllreduce
-    from ssgd.comm.gtopk import GTopKAllreduce
+    from ssgd.comm.collectives.allgather import SparseAllgather
+    from ssgd.comm.collectives.dense import DenseAllreduce
+    from ssgd.comm.collectives.gtopk import GTopKAllreduce
 
     return {"dense_allreduce": DenseAllreduce, "topk_allgather": SparseAllgather,
             "gaussiank_allgather": SparseAllgather, "gtopk_allreduce": GTopKAllreduce}[name]()
@@ -152,12 +152,12 @@ def shaped_link(fit: dict[str, Any], bw: str, burst: str = BURST) -> Any:
 
 def model_ms(name: str, given: list[Any], link: Any, compute: list[list[float]]) -> tuple[float, float]:
     """(modelled ms, of it the network's) of one call: the collective's real program run in this process on the
-    modelled links (`ssgd.comm.thread.run_threads(net=link)`) with every rank's payload `given`, and `compute`,
+    modelled links (`ssgd.comm.executors.thread.run_threads(net=link)`) with every rank's payload `given`, and `compute`,
     each rank's measured compute between its MPI calls (the medians over the timed calls of bench/comm.py's
     worker)."""
     import torch
 
-    from ssgd.comm.thread import run_threads
+    from ssgd.comm.executors.thread import run_threads
 
     torch.set_num_threads(1)
     coll = collective(name)

@@ -24,8 +24,8 @@ warm-up round.
 4. **backend=torch** (`--parts torch`): (a) in the same MPI jobs and rounds as part 2, `Trainer.step` on a
    `TorchWorld` (the dense scheme's collective through torch.distributed on the gloo group DDP uses) against
    DDP. Goal: ssgd torch dense / DDP <= 1. (b) one gTop-k call (`GTopKAllreduce`, density 0.001 of a random
-   d-vector, Top-k selected once beforehand) through `ssgd.comm.torch_dist` against the same call through
-   `ssgd.comm.mpi`, on P = --comm-P (default 2 4 8) ranks of this machine, d = --comm-d (default 1M, 25M);
+   d-vector, Top-k selected once beforehand) through `ssgd.comm.executors.torch_dist` against the same call through
+   `ssgd.comm.executors.mpi`, on P = --comm-P (default 2 4 8) ranks of this machine, d = --comm-d (default 1M, 25M);
    time per call = the slowest rank's wall time over a block of calls between two barriers / calls. Both
    executors run the same program; the ratio is the cost of the transport and of each executor's per-op work.
 
@@ -234,9 +234,9 @@ def comm_worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from mpi4py import MPI
 
-    from ssgd.comm.gtopk import GTopKAllreduce
-    from ssgd.comm.mpi import run_mpi
-    from ssgd.comm.torch_dist import TorchExecutor, run_torch
+    from ssgd.comm.collectives.gtopk import GTopKAllreduce
+    from ssgd.comm.executors.mpi import run_mpi
+    from ssgd.comm.executors.torch_dist import TorchExecutor, run_torch
     from ssgd.compress.topk import TopK
 
     comm, rank, P, share, meter, noise = join(args)

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 import oracles
-from ssgd.comm.allgather import SparseAllgather
+from ssgd.comm.collectives.allgather import SparseAllgather
 from ssgd.comm.base import Reduced
-from ssgd.comm.dense import DenseAllreduce
-from ssgd.comm.gtopk import GTopKAllreduce
-from ssgd.comm.thread import run_threads
+from ssgd.comm.collectives.dense import DenseAllreduce
+from ssgd.comm.collectives.gtopk import GTopKAllreduce
+from ssgd.comm.executors.thread import run_threads
 from ssgd.payload import Dense, Sparse
 from ssgd.perf import cost
 
@@ -119,9 +119,9 @@ def check(kind: str, rank: int, P: int, d: int, k: int | None, seed: int, reduce
 
 
 def run_cases(rank: int, P: int, device: str = "cpu") -> list:
-    """Run every case with `ssgd.comm.torch_dist` in this rank of an initialised process group; returns what
+    """Run every case with `ssgd.comm.executors.torch_dist` in this rank of an initialised process group; returns what
     `check_ranks` needs, as picklable host data: (total, support, messages, bytes, staging seconds) per case."""
-    from ssgd.comm.torch_dist import run_torch
+    from ssgd.comm.executors.torch_dist import run_torch
 
     out = []
     for kind, d, k, seed in CASES:

@@ -96,7 +96,7 @@ def buckets_async_and_blocking(rank: int, P: int, compressor: str, ddp_args: dic
     from torch.nn.parallel import DistributedDataParallel
 
     import ssgd.ddp
-    from ssgd.comm.gtopk import GTopKAllreduce
+    from ssgd.comm.collectives.gtopk import GTopKAllreduce
     from ssgd.loop.replica import loss_and_correct
     from ssgd.run import build
 

@@ -29,7 +29,7 @@ def assert_same_runs(thread_dir: Path, other_dir: Path, compressor: str) -> None
     node = OmegaConf.load(CONF / "compressor" / f"{compressor}.yaml")
     wire = OmegaConf.select(node, "wire.values", default="fp32")
     # a 16-bit dense allreduce (dense16) is a ring the program computes itself: bitwise, like the sparse ones
-    if node.collective._target_ == "ssgd.comm.dense.DenseAllreduce" and wire == "fp32":
+    if node.collective._target_ == "ssgd.comm.collectives.dense.DenseAllreduce" and wire == "fp32":
         for x, y in zip(a["shared"]["params"], b["shared"]["params"]):
             assert torch.allclose(x, y, rtol=0, atol=1e-5), (x - y).abs().max()
     else:

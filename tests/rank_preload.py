@@ -12,7 +12,7 @@ import torch.distributed  # noqa: E402,F401
 import torch.nn.parallel  # noqa: E402,F401
 
 import ssgd.run.build  # noqa: E402,F401
-import ssgd.comm.torch_dist  # noqa: E402,F401
+import ssgd.comm.executors.torch_dist  # noqa: E402,F401
 import ssgd.ddp  # noqa: E402,F401
 import ssgd.worlds.torch_dist  # noqa: E402,F401
 from torch_ranks import warm_up  # noqa: E402

@@ -18,7 +18,7 @@ For each gradient bucket DDP hands over, on every rank, the hook
   3. compresses u with the scheme's compressor, built from conf/compressor/<name>.yaml exactly as the
      trainer builds it (`ssgd.run.build.scheme`);
   4. runs the scheme's collective (dense allreduce, sparse allgather, the gTop-k tree) on
-     torch.distributed: the same program as the trainer, executed by `ssgd.comm.torch_dist`;
+     torch.distributed: the same program as the trainer, executed by `ssgd.comm.executors.torch_dist`;
   5. keeps e = u - what counted as sent (for gTop-k: this rank's entries outside the global set);
   6. writes the averaged bucket, total / P, and completes the `torch.futures.Future` it returned.
 
@@ -69,7 +69,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from ssgd.comm.torch_dist import TorchExecutor, run_torch
+from ssgd.comm.executors.torch_dist import TorchExecutor, run_torch
 from ssgd.config import check_density, compressor_config
 from ssgd.loop.sync import RankSync, Scheme
 from ssgd.payload import Sparse

@@ -70,7 +70,7 @@ def test_several_buckets_overlap_backward_and_keep_order_bits_and_error_feedback
     ranks agree; (4) error feedback is conserved per step: sum over ranks of (g + e_before) = P * average +
     sum over ranks of e_after (no bucket loses or double-counts a residual), to float32 rounding. (4) does not hold
     for gTop-k's default `released` residual rule once a tree has intermediate merges (P = 3: a value dropped in a
-    merge is neither applied nor kept, ssgd.comm.gtopk), so there it is checked with the `strict` rule."""
+    merge is neither applied nor kept, ssgd.comm.collectives.gtopk), so there it is checked with the `strict` rule."""
     args = {"bucket_cap_mb": 0.2, "find_unused_parameters": True}
     out = run_ranks(P, buckets_async_and_blocking, (compressor, args), timeout=150)
     for rank, r in enumerate(out):

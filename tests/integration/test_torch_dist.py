@@ -47,7 +47,7 @@ OLDER_TORCH = pytest.mark.parametrize("older", [False, True], ids=["torch", "tor
 def _allgatherv_cases(rank: int, P: int, older: bool = False) -> list:
     """Padded all_gather: blocks of sizes 0..P-1 (rank r sends r elements), dtype kept, all empty."""
     from ssgd.comm.ops import Allgatherv, RankLog
-    from ssgd.comm.torch_dist import TorchExecutor
+    from ssgd.comm.executors.torch_dist import TorchExecutor
 
     as_older_torch(older)
     execute, out = TorchExecutor(), []

@@ -56,7 +56,7 @@ def run(args, installed, timeout=300):
 
 def test_ssgd_comes_from_the_wheel_with_its_configs_and_merge_source(installed):
     py, env_dir, _, _ = installed
-    code = ("import ssgd, ssgd.config as c, ssgd.comm.native as n; print(ssgd.__file__); "
+    code = ("import ssgd, ssgd.config as c, ssgd.native as n; print(ssgd.__file__); "
             "print(','.join(c.compressor_names())); print(all(s.is_file() for s in n.SOURCES))")
     proc = run([str(py), "-c", code], installed)
     assert proc.returncode == 0, proc.stderr

@@ -2,7 +2,7 @@
 
 Every case of tests/collective_checks.py (each collective against the independent oracle, tests/oracles.py,
 and the in-process executor, bitwise for sparse schemes; counted bytes/messages against the cost model)
-runs through `ssgd.comm.mpi.run_mpi`, on CPU tensors or, with SSGD_CHECK_DEVICE=cuda, on each rank's GPU
+runs through `ssgd.comm.executors.mpi.run_mpi`, on CPU tensors or, with SSGD_CHECK_DEVICE=cuda, on each rank's GPU
 (staged through the host unless MPI is CUDA-aware: tests/gpu/). MPI_Allreduce fixes no summation order, so dense results are held to
 `collective_checks.dense_bound`. Assertions are collective (one allreduce of the verdicts), so a failing
 rank cannot strand the others; the exit status is 1 on every rank if any check failed anywhere.
@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ for oracles.py, collective_checks.py
 import collective_checks as checks  # noqa: E402
-from ssgd.comm.mpi import run_mpi  # noqa: E402
+from ssgd.comm.executors.mpi import run_mpi  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()

@@ -18,9 +18,9 @@ from mpi4py import MPI
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ for oracles.py, collective_checks.py
 import oracles  # noqa: E402
 from collective_checks import as_dict, run_collectively, sparse_inputs, to_sparse  # noqa: E402
-from ssgd.comm.gtopk import GTopKAllreduce  # noqa: E402
-from ssgd.comm.mpi import run_mpi  # noqa: E402
-from ssgd.comm.thread import run_threads  # noqa: E402
+from ssgd.comm.collectives.gtopk import GTopKAllreduce  # noqa: E402
+from ssgd.comm.executors.mpi import run_mpi  # noqa: E402
+from ssgd.comm.executors.thread import run_threads  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 
 comm = MPI.COMM_WORLD

@@ -1,4 +1,4 @@
-"""The C block peaks and float64 sums (ssgd/comm/native/block_peaks.c) against torch and exact sums."""
+"""The C block peaks and float64 sums (ssgd/native/block_peaks.c) against torch and exact sums."""
 import math
 import os
 import shutil
@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from ssgd.comm import native
+from ssgd import native
 from ssgd.compress import sparse
 from ssgd.compress.gaussiank import GaussianK
 from ssgd.compress.sparse import BlockPeaks, float64_sums, select_topk

@@ -15,12 +15,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/, for `oracles`
 import oracles  # noqa: E402
 
-from ssgd.comm.allgather import SparseAllgather  # noqa: E402
+from ssgd.comm.collectives.allgather import SparseAllgather  # noqa: E402
 from ssgd.comm.base import Collective, Reduced  # noqa: E402
-from ssgd.comm.dense import DenseAllreduce  # noqa: E402
-from ssgd.comm.gtopk import GTopKAllreduce  # noqa: E402
+from ssgd.comm.collectives.dense import DenseAllreduce  # noqa: E402
+from ssgd.comm.collectives.gtopk import GTopKAllreduce  # noqa: E402
 from ssgd.comm.ops import Recv, Send  # noqa: E402
-from ssgd.comm.thread import CollectiveDeadlock, rank_order_sum, run_threads  # noqa: E402
+from ssgd.comm.executors.thread import CollectiveDeadlock, rank_order_sum, run_threads  # noqa: E402
 from ssgd.payload import Dense, Sparse  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402

@@ -20,9 +20,9 @@ from conftest import make_cfg  # noqa: E402
 from test_collectives import P_LIST, check_gtopk, gtopk_inputs, stats, to_dict, to_sparse  # noqa: E402
 
 from ssgd.run import build  # noqa: E402
-from ssgd.comm.gtopk import GTopKAllreduce, merge_entries  # noqa: E402
+from ssgd.comm.collectives.gtopk import GTopKAllreduce, merge_entries  # noqa: E402
 from ssgd.comm.ops import Recv, Send  # noqa: E402
-from ssgd.comm.thread import run_threads  # noqa: E402
+from ssgd.comm.executors.thread import run_threads  # noqa: E402
 from ssgd.payload import Sparse  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from conftest import CONF, group_options, make_cfg
 from ssgd.run import build
-from ssgd.comm.thread import run_threads
+from ssgd.comm.executors.thread import run_threads
 from ssgd.loop.sync import RankSync
 
 SCHEMES = group_options("compressor")
@@ -23,7 +23,7 @@ def schemes_where(key: str, target: str) -> list[str]:
 
 
 RESIDUAL_SCHEMES = schemes_where("memory", "ssgd.compress.memory.ResidualMemory")
-ALLGATHER_SCHEMES = schemes_where("collective", "ssgd.comm.allgather.SparseAllgather")
+ALLGATHER_SCHEMES = schemes_where("collective", "ssgd.comm.collectives.allgather.SparseAllgather")
 
 
 def dense64(payload, d):

@@ -1,4 +1,4 @@
-"""The C gTop-k merge (ssgd/comm/native/gtopk_merge.c) against the torch merge and the oracle, bit for bit."""
+"""The C gTop-k merge (ssgd/native/gtopk_merge.c) against the torch merge and the oracle, bit for bit."""
 import os
 import shutil
 import sys
@@ -10,8 +10,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/, for `oracles`
 from oracles import AmbiguousTopK, merge as oracle_merge  # noqa: E402
-from ssgd.comm import native  # noqa: E402
-from ssgd.comm.gtopk import _merge_native, _merge_torch, merge_entries  # noqa: E402
+from ssgd import native  # noqa: E402
+from ssgd.comm.collectives.gtopk import _merge_native, _merge_torch, merge_entries  # noqa: E402
 
 F32 = np.float32
 
@@ -19,7 +19,7 @@ F32 = np.float32
 def test_the_c_merge_is_built_where_a_compiler_is():
     if os.environ.get("SSGD_NATIVE") == "0" or not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("SSGD_NATIVE=0 or no C compiler: the torch merge is the only one here")
-    assert native.available(), "make setup (or the first merge) should have built ssgd/comm/native"
+    assert native.available(), "make setup (or the first merge) should have built ssgd/native"
     assert native.library_path().exists()
 
 

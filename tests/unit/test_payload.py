@@ -12,13 +12,13 @@ import torch
 from torch import Tensor
 
 from ssgd.loop.capture import Capture, CaptureConfig, u_statistics
-from ssgd.comm.allgather import SparseAllgather
+from ssgd.comm.collectives.allgather import SparseAllgather
 from ssgd.comm.base import Collective, Reduced
-from ssgd.comm.dense import DenseAllreduce
+from ssgd.comm.collectives.dense import DenseAllreduce
 from ssgd.comm.driver import advance, run_program
-from ssgd.comm.gtopk import GTopKAllreduce
+from ssgd.comm.collectives.gtopk import GTopKAllreduce
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op
-from ssgd.comm.thread import run_threads
+from ssgd.comm.executors.thread import run_threads
 from ssgd.comm.wire import MAX_NUMEL
 from ssgd.compress.base import Compressor
 from ssgd.compress.memory import ResidualMemory

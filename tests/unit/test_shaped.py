@@ -3,9 +3,9 @@ computations and the alpha-beta model it must reduce to."""
 import pytest
 import torch
 
-from ssgd.comm.dense import DenseAllreduce
-from ssgd.comm.gtopk import GTopKAllreduce
-from ssgd.comm.thread import run_threads
+from ssgd.comm.collectives.dense import DenseAllreduce
+from ssgd.comm.collectives.gtopk import GTopKAllreduce
+from ssgd.comm.executors.thread import run_threads
 from ssgd.payload import Dense, Sparse
 from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta

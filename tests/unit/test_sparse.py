@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ssgd.comm.gtopk import merge_topk
+from ssgd.comm.collectives.gtopk import merge_topk
 from ssgd.comm.wire import MAX_NUMEL, pack_sparse, unpack_sparse
 from ssgd.compress.sparse import k_of, select_topk
 from ssgd.payload import Sparse, sum_sparse

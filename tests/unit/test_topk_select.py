@@ -1,8 +1,8 @@
-"""The C block-peak Top-k (ssgd/comm/native/topk_select.c) against a sort oracle and the torch path."""
+"""The C block-peak Top-k (ssgd/native/topk_select.c) against a sort oracle and the torch path."""
 import pytest
 import torch
 
-from ssgd.comm import native
+from ssgd import native
 from ssgd.compress import sparse
 from ssgd.compress.sparse import BlockPeaks, k_of, select_topk, topk_block
 

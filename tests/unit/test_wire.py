@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/, for `or
 import oracles  # noqa: E402
 
 from conftest import group_options, make_cfg  # noqa: E402
-from ssgd.comm.allgather import SparseAllgather  # noqa: E402
-from ssgd.comm.dense import DenseAllreduce  # noqa: E402
-from ssgd.comm.gtopk import GTopKAllreduce  # noqa: E402
-from ssgd.comm.thread import run_threads  # noqa: E402
+from ssgd.comm.collectives.allgather import SparseAllgather  # noqa: E402
+from ssgd.comm.collectives.dense import DenseAllreduce  # noqa: E402
+from ssgd.comm.collectives.gtopk import GTopKAllreduce  # noqa: E402
+from ssgd.comm.executors.thread import run_threads  # noqa: E402
 from ssgd.comm.wire import WireFormat  # noqa: E402
 from ssgd.errors import BadArgument, ConfigError  # noqa: E402
 from ssgd.loop.sync import RankSync  # noqa: E402

@@ -2,8 +2,8 @@
 
 A collective is written once, as an SPMD generator function of (rank, P, payload): it yields these
 operations and receives their results (see `ssgd.comm.base.Collective`). An executor says how one
-operation runs; `ssgd.comm.driver` steps the programs. `ssgd.comm.thread` runs all P ranks in this
-process in lock step; `ssgd.comm.mpi` and `ssgd.comm.torch_dist` run this process's rank with mpi4py
+operation runs; `ssgd.comm.driver` steps the programs. `ssgd.comm.executors.thread` runs all P ranks in this
+process in lock step; `ssgd.comm.executors.mpi` and `ssgd.comm.executors.torch_dist` run this process's rank with mpi4py
 or torch.distributed. Semantics are MPI's:
 
   * `Send` blocks until the matching `Recv` is posted (so a program that would deadlock under MPI

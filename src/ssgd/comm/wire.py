@@ -10,7 +10,7 @@ have at most `MAX_NUMEL` entries; `pack_sparse` refuses longer ones, and
 
 `WireFormat` adds 16-bit values (`compressor.wire.values=fp16|bf16`, docs/compressors.md#wire-formats):
 a sparse vector then travels as one uint8 tensor of 6n bytes, the n int32 indices' bytes and then the
-n values' fp16 / bf16 bits, and a dense one (`ssgd.comm.dense`) as 2 bytes per element. Values are
+n values' fp16 / bf16 bits, and a dense one (`ssgd.comm.collectives.dense`) as 2 bytes per element. Values are
 rounded ONCE, on the sending rank, by `WireFormat.encode` (round to nearest even, fp16 saturating at
 +-65504 instead of overflowing to infinity); the payload then carries the 16-bit values themselves,
 so that the error-feedback memory subtracts exactly what was sent (`ssgd.payload.Sparse.subtract_from`)
@@ -23,7 +23,7 @@ per fp32 entry, 2 + 2 = 4 per fp16 / bf16 entry). `unpack` decodes the same int6
 result is the same bits. Longer vectors keep int32 indices. `index_bytes` is the one place the
 index width is decided; the cost model and the byte counts follow it. Only `pack` / `unpack` (the
 sparse AllGather, which knows numel) narrow; the gTop-k tree's `pack_entries` / `unpack_raw` keep
-int32, since its C merge (`ssgd.comm.native`) takes int32 indices.
+int32, since its C merge (`ssgd.native`) takes int32 indices.
 """
 from __future__ import annotations
 

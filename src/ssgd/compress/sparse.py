@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-import ssgd.comm.native as native
+import ssgd.native as native
 from ssgd.payload import Sparse, sum_sparse
 
 __all__ = ["BlockPeaks", "float64_sums", "k_of", "select_topk", "sum_sparse"]
@@ -24,7 +24,7 @@ def select_topk(u: Tensor, k: int, peaks: "BlockPeaks | None" = None) -> Sparse:
     threshold passes): t = the k-th largest of the d / B block maxima of |u| is a lower bound of the k-th
     largest |u_j| (each of the k blocks with a peak >= t holds an entry >= t), so every Top-k entry lies in a
     block whose peak is >= t. Only those blocks are visited and their entries >= t kept (about 1.0-1.2 k).
-    The C kernel (`ssgd.comm.native.topk_blocks`) does that and a radix selection among them; when more
+    The C kernel (`ssgd.native.topk_blocks`) does that and a radix selection among them; when more
     entries share the k-th magnitude than the set can take (a tie), or without the kernel, torch.topk picks
     the k largest of the kept entries (the visit in torch operations). Either way: the same set as
     torch.topk over all d entries (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
@@ -74,7 +74,7 @@ STATS_CHUNK = 1 << 16      # entries per float64 chunk of float64_sums: 512 KiB,
 def float64_sums(u: Tensor) -> tuple[float, float]:
     """(sum of u_j, sum of u_j * u_j) over all entries of u, accumulated in float64: ~1e-14 relative of
     the exact sums at any d, where float32 sums drift (a float32 dot's relative error is ~6e-4 at
-    d = 2.5e7). On a float32 CPU vector the C kernel's fixed order (`ssgd.comm.native.float64_sums`, the
+    d = 2.5e7). On a float32 CPU vector the C kernel's fixed order (`ssgd.native.float64_sums`, the
     bits `BlockPeaks(u, sums=True).sums` has), else torch operations on float64 copies of chunks of
     STATS_CHUNK entries."""
     found = native.float64_sums(u) if u.dim() == 1 else None
@@ -92,7 +92,7 @@ class BlockPeaks:
     """The largest |u_j| of each block of `block` consecutive entries of the 1-D tensor u (the last
     d mod block entries form a tail that is always visited), and with `sums` u's float64 `float64_sums`.
 
-    On a float32 CPU u the C kernel (`ssgd.comm.native.block_peaks`) reads u once for both (3.5 ms at
+    On a float32 CPU u the C kernel (`ssgd.native.block_peaks`) reads u once for both (3.5 ms at
     d = 25M; its sums are in a fixed order of its own, equal to `float64_sums` to ~1e-14 relative);
     elsewhere one `amax` and one `amin` (two reads of u, no d-sized temporary; `abs().amax()` would
     write one), and `float64_sums`. The peaks are the same either way (a NaN in a block makes its peak NaN).

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from ssgd.comm.base import Reduced
-from ssgd.comm.dense import DenseAllreduce
+from ssgd.comm.collectives.dense import DenseAllreduce
 from ssgd.compress.randomk import sample_distinct
 from ssgd.compress.sparse import k_of
 from ssgd.config import CaptureConfig

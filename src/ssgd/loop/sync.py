@@ -26,7 +26,7 @@ from torch import Tensor
 from omegaconf import OmegaConf
 
 from ssgd.comm.base import Collective, Reduced
-from ssgd.comm.dense import DenseAllreduce
+from ssgd.comm.collectives.dense import DenseAllreduce
 from ssgd.comm.wire import FP32, WireFormat
 from ssgd.compress.base import Compressor
 from ssgd.compress.sparse import k_of

@@ -26,7 +26,7 @@ the testbed is the case after 2.1 ms without traffic) and times the schedules th
 (pinned there: docs/testbed.md): a sender's message leaves at once (eager protocol) and arrives latency +
 transfer later; the ring allreduce and ring allgatherv step in lock step, every rank sending to the next;
 the binomial broadcast from rank 0 posts to all children at once, smallest subtree first; an Allgatherv
-first gathers the block sizes (ceil(log2 P) small messages). `ssgd.comm.thread.run_threads(..., net=link)`
+first gathers the block sizes (ceil(log2 P) small messages). `ssgd.comm.executors.thread.run_threads(..., net=link)`
 runs a collective's real program on it, one clock per rank, and adds each rank's given compute
 (`compute=`).
 """

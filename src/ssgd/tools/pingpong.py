@@ -24,7 +24,7 @@ SIZES = [8 * 4**i for i in range(13)]        # 8 B .. 128 MiB
 
 def one_way_seconds(comm: MPI.Comm, nbytes: int, idle_s: float = 0.0) -> float:
     tensor = torch.zeros(nbytes, dtype=torch.uint8)
-    buf = MPI.buffer.fromaddress(tensor.data_ptr(), nbytes)     # no DLPack per call (ssgd.comm.mpi._host)
+    buf = MPI.buffer.fromaddress(tensor.data_ptr(), nbytes)     # no DLPack per call (ssgd.comm.executors.mpi._host)
     reps = 200 if nbytes < 2**16 else 50 if nbytes < 2**22 else 8
     times = []
     for i in range(reps + 1):

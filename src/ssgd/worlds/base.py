@@ -10,7 +10,7 @@ payloads (`collective`), per-rank model replicas (`replicate`), exchanging small
 `ThreadWorld` runs a step in phases: the compute phase runs on a pool of K OS threads
 (K = usable cores, capped at P), each running its share of the virtual ranks one after another
 with one intra-op thread (`torch.set_num_threads(1)`), so results do not depend on K; the
-collective phase runs in the calling thread, all ranks in lock step (`ssgd.comm.thread`);
+collective phase runs in the calling thread, all ranks in lock step (`ssgd.comm.executors.thread`);
 docs/collectives.md describes the executors.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
-from ssgd.comm.thread import run_threads
+from ssgd.comm.executors.thread import run_threads
 from ssgd.payload import Payload
 
 T = TypeVar("T")

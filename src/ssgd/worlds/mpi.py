@@ -13,7 +13,7 @@ from mpi4py import MPI
 from omegaconf import DictConfig
 
 from ssgd.comm.base import Collective, Reduced
-from ssgd.comm.mpi import run_mpi
+from ssgd.comm.executors.mpi import run_mpi
 from ssgd.comm.ops import RankLog
 from ssgd.payload import Payload
 from ssgd.worlds.rendezvous import MPI_LOCAL, LocalRank, local_rank, rank_device

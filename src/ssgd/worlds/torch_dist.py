@@ -6,7 +6,7 @@ device (one GPU per rank: `cuda` -> `cuda:<local rank>`), the process group (`di
 NCCL for CUDA, gloo for the host) and joins it. `TorchWorld.joined()` wraps a process group that the
 caller has already initialised (tests, benchmarks).
 
-Collectives run on the main group through `ssgd.comm.torch_dist`; small Python values
+Collectives run on the main group through `ssgd.comm.executors.torch_dist`; small Python values
 (`allgather`, `gather_root`: metrics, checkpoints) travel over a gloo group, so that NCCL jobs do not
 move pickles through GPU memory.
 """
@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
-from ssgd.comm.torch_dist import TorchExecutor, all_gather_single, run_torch
+from ssgd.comm.executors.torch_dist import TorchExecutor, all_gather_single, run_torch
 from ssgd.payload import Payload
 from ssgd.worlds.rendezvous import LocalRank, Ranks, master, port_in_use, rank_device
 
@@ -161,7 +161,7 @@ class TorchWorld:
         still has messages on its pairs (one barrier per run; added before the cause below was found, and not
         shown to be needed without it). Without it (an exception on this rank alone) leave at once.
 
-        Leaving frees the group and joins gloo's worker threads only because ssgd.comm.torch_dist (imported by
+        Leaving frees the group and joins gloo's worker threads only because ssgd.comm.executors.torch_dist (imported by
         this module and by ssgd.ddp) imports `torch.distributed.nn.functional` before any group exists: its
         functions take `group=group.WORLD` as a default argument, evaluated on import, and the optimizer's first
         use of `torch._dynamo` imports it. Were that after `init_process_group`, the defaults would keep the

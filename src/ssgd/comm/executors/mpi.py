@@ -1,6 +1,6 @@
 """Execute this process's rank of a collective program with mpi4py (one process per rank).
 
-The same `Collective.program` as the in-process executor (`ssgd.comm.thread`), stepped by the
+The same `Collective.program` as the in-process executor (`ssgd.comm.executors.thread`), stepped by the
 same `ssgd.comm.driver.run_program`; only how each operation is carried out differs:
 
   * `Send` / `Recv`: `MPI.Send` / `MPI.Recv` on the tensors' memory (a contiguous CPU tensor goes to
@@ -28,12 +28,12 @@ from mpi4py import MPI
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.driver import run_program
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send
-from ssgd.comm.staging import empty_on, from_comm, pooled, to_comm
+from ssgd.comm.executors.staging import empty_on, from_comm, pooled, to_comm
 from ssgd.payload import Payload
 
 
 # CUDA-aware MPI takes device memory directly; otherwise GPU tensors are staged through host
-# memory (`ssgd.comm.staging`), and the time is logged as RankLog.staging_s. Detected
+# memory (`ssgd.comm.executors.staging`), and the time is logged as RankLog.staging_s. Detected
 # where mpi4py exposes MPIX_Query_cuda_support, or declared with SSGD_CUDA_AWARE_MPI=1; never assumed
 # (the PyPI Open MPI wheel is not CUDA-aware).
 CUDA_AWARE = os.environ.get("SSGD_CUDA_AWARE_MPI") == "1" or bool(getattr(MPI, "Query_cuda_support", lambda: False)())

@@ -1,7 +1,7 @@
 """Execute this process's rank of a collective program on torch.distributed (backend=torch, the DDP hook).
 
-The same `Collective.program` as the in-process executor (`ssgd.comm.thread`) and MPI
-(`ssgd.comm.mpi`), stepped by the same `ssgd.comm.driver.run_program`; only how each operation is
+The same `Collective.program` as the in-process executor (`ssgd.comm.executors.thread`) and MPI
+(`ssgd.comm.executors.mpi`), stepped by the same `ssgd.comm.driver.run_program`; only how each operation is
 carried out differs:
 
   * `Send` / `Recv`: `dist.send` / `dist.recv` with the op's tag (NCCL has no tags: there, messages
@@ -18,7 +18,7 @@ carried out differs:
     schemes are bitwise equal to the other executors: their sums are computed by the program itself.
 
 Which device a library reads: gloo takes host tensors, NCCL takes the GPU of this rank. A tensor
-elsewhere (a CUDA payload on gloo, a host tensor on NCCL) is staged by `ssgd.comm.staging` and the
+elsewhere (a CUDA payload on gloo, a host tensor on NCCL) is staged by `ssgd.comm.executors.staging` and the
 copy time logged as `RankLog.staging_s`. Bytes and messages are counted with the same functions as
 the other executors (each op kind's `sent`, `ssgd.comm.ops`).
 """
@@ -35,7 +35,7 @@ import torch.distributed.nn.functional  # noqa: F401
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.driver import run_program
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send
-from ssgd.comm.staging import empty_on, from_comm, pooled, to_comm
+from ssgd.comm.executors.staging import empty_on, from_comm, pooled, to_comm
 from ssgd.payload import Payload
 
 
@@ -112,7 +112,7 @@ class TorchExecutor:
 def run_torch(collective: Collective, payload: Payload, group: dist.ProcessGroup | None = None,
               pool: dict | None = None, executor: TorchExecutor | None = None) -> tuple[Reduced, RankLog]:
     """Run this rank's program of `collective` to completion on `group` (`pool`: see
-    `ssgd.comm.staging.pooled`; pass a long-lived `executor` to skip looking the group up per call)."""
+    `ssgd.comm.executors.staging.pooled`; pass a long-lived `executor` to skip looking the group up per call)."""
     execute = executor or TorchExecutor(group, pool)
     log = RankLog()
     reduced = run_program(collective, execute.rank, execute.P, payload, lambda op: execute(op, log))

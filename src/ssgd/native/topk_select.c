@@ -15,7 +15,7 @@
  *
  * Magnitudes are ranked by the bits of |v| (bits(v) & 0x7fffffff), the order of |v| for numbers;
  * the caller passes NaN-free u (a NaN peak sends it to torch.topk). The Python side
- * (ssgd/comm/native/__init__.py) allocates every array with torch and checks dtypes and lengths.
+ * (ssgd/native/__init__.py) allocates every array with torch and checks dtypes and lengths.
  */
 #include <stdint.h>
 #include <string.h>

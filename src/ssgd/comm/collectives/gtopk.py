@@ -30,7 +30,7 @@ rounded to 16 bits again; that second rounding belongs to no rank's payload, so 
 
 Cost per rank and call: O(k) on arrays of k entries, never O(d). Inside the tree, vectors stay in
 the wire's int32 indices and in increasing index order (payloads of `select_topk` already are; any
-other order is sorted once, on the first merge). A merge is the C kernel of `ssgd.comm.native`: one walk
+other order is sorted once, on the first merge). A merge is the C kernel of `ssgd.native`: one walk
 over both operands that sums common indices, a radix selection of the k-th largest magnitude, and
 one compaction that keeps index order (about 0.5 ms at k = 26,214 on this machine, against 2.3 ms
 for the same steps as torch CPU operations: a sorted `torch.unique`, a scatter-add, `torch.topk`,
@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ssgd.comm import native
+from ssgd import native
 from ssgd.comm.base import Collective, Program, Reduced
 from ssgd.comm.ops import Bcast, Op, Recv, Send
 from ssgd.comm.wire import MAX_NUMEL, FP32, WireFormat, check_numel
@@ -98,7 +98,7 @@ def merge_entries(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k:
     returned as (indices, values) in increasing index order, with the trace of where each operand
     entry went (None unless `trace`).
 
-    int32 indices on the CPU go through the C merge (`ssgd.comm.native`: O(k), operands in increasing index
+    int32 indices on the CPU go through the C merge (`ssgd.native`: O(k), operands in increasing index
     order, sorted here first when they are not), everything else through `_merge_torch`; both give
     the same bits (tests/unit/test_native_merge.py).
     """
@@ -150,7 +150,7 @@ def _merge_torch(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: 
 def top_positions(val: Tensor, k: int) -> Tensor:
     """int64 [k], increasing: the positions of the k entries of float32 `val` (more than k) of largest
     magnitude, ranked by the bits of |v| (NaN above infinity), ties at the boundary to the lower
-    position: the rule of the C merge (ssgd/comm/native/gtopk_merge.c)."""
+    position: the rule of the C merge (ssgd/native/gtopk_merge.c)."""
     key = val.view(torch.int32) & 0x7FFFFFFF                      # IEEE bits of |v|: ordered like |v|
     t = torch.topk(key, k, sorted=False).values.min()
     chosen = key > t

@@ -3,12 +3,12 @@
  *
  * Shi et al., "A Distributed Synchronous SGD Algorithm with Global Top-k Sparsification for Low
  * Bandwidth Networks", ICDCS 2019 (arXiv:1901.04359), Algorithm 2: each tree step sums two k-sparse
- * vectors and keeps their top k. The Python side (ssgd/comm/native/__init__.py) allocates every array
+ * vectors and keeps their top k. The Python side (ssgd/native/__init__.py) allocates every array
  * with torch and checks dtypes, lengths and contiguity; this file only reads and writes them.
  * docs/hot-path.md explains why this one function is C: the same steps as torch CPU operations
  * (a sort of the 2k indices, topk, an order-preserving compaction) cost 4-5x more at k = 26,214.
  *
- * Semantics, identical to the torch fallback in ssgd/comm/gtopk.py (tests/unit/test_native_merge.py):
+ * Semantics, identical to the torch fallback in ssgd/comm/collectives/gtopk.py (tests/unit/test_native_merge.py):
  *   - on an index present in both operands the value is (0 + a) + b in float32 (the bits of
  *     `torch.zeros(n).index_add_` over a then b), elsewhere 0 + a or 0 + b (so -0.0 becomes +0.0);
  *   - magnitudes are ranked by the bits of |v| (bits(v) & 0x7fffffff): for numbers that is the order

@@ -1,7 +1,7 @@
 """The package's C kernels, one shared library built from the sources of this folder:
 
 - `gtopk_merge.c`: the gTop-k tree merge at O(k). `merge(a_idx, a_val, b_idx, b_val, k, trace)` runs
-  it on CPU tensors (else `ssgd.comm.gtopk` uses its torch implementation, with the same results bit
+  it on CPU tensors (else `ssgd.comm.collectives.gtopk` uses its torch implementation, with the same results bit
   for bit).
 - `block_peaks.c`: the largest |u_j| of every block of u and u's float64 sum and sum of squares, in one
   read of u (`block_peaks(u, block, sums)`; else `ssgd.compress.sparse.BlockPeaks` uses torch
@@ -66,7 +66,7 @@ def build(force: bool = False) -> Path:
         return target
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise RuntimeError("no C compiler (cc or gcc, or $CC) to build the C kernels of ssgd/comm/native")
+        raise RuntimeError("no C compiler (cc or gcc, or $CC) to build the C kernels of ssgd/native")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
@@ -75,7 +75,7 @@ def build(force: bool = False) -> Path:
                               capture_output=True, text=True)
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no output"])[0]
-            raise RuntimeError(f"building the C kernels of ssgd/comm/native with {cc} failed: {first}")
+            raise RuntimeError(f"building the C kernels of ssgd/native with {cc} failed: {first}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -134,15 +134,15 @@ def merge(a_idx: Tensor, a_val: Tensor, b_idx: Tensor, b_val: Tensor, k: int,
     ValueError on dtypes, devices or layouts it does not take (callers check `available()` first)."""
     lib = _library()
     if lib is None:
-        raise RuntimeError("ssgd.comm.native.merge called while the C merge is unavailable")
+        raise RuntimeError("ssgd.native.merge called while the C merge is unavailable")
     for name, t, dtype in (("a_idx", a_idx, torch.int32), ("a_val", a_val, torch.float32),
                            ("b_idx", b_idx, torch.int32), ("b_val", b_val, torch.float32)):
         if t.dtype != dtype or t.device.type != "cpu" or t.dim() != 1 or not t.is_contiguous():
-            raise ValueError(f"ssgd.comm.native.merge: {name} must be a contiguous 1-D {dtype} CPU tensor, "
+            raise ValueError(f"ssgd.native.merge: {name} must be a contiguous 1-D {dtype} CPU tensor, "
                              f"got {t.dtype} {tuple(t.shape)} on {t.device}")
     na, nb = a_idx.numel(), b_idx.numel()
     if a_val.numel() != na or b_val.numel() != nb or k < 1:
-        raise ValueError(f"ssgd.comm.native.merge: lengths {na}/{a_val.numel()} and {nb}/{b_val.numel()}, k={k}")
+        raise ValueError(f"ssgd.native.merge: lengths {na}/{a_val.numel()} and {nb}/{b_val.numel()}, k={k}")
     cap = na + nb
     out_idx = torch.empty(cap, dtype=torch.int32)
     out_val = torch.empty(cap, dtype=torch.float32)
@@ -174,7 +174,7 @@ def block_peaks(u: Tensor, block: int, sums: bool = False) -> tuple[Tensor, tupl
     kernel is unavailable or u is not such a tensor (callers then use torch); ValueError on a block
     not in PEAK_BLOCKS."""
     if block not in PEAK_BLOCKS:
-        raise ValueError(f"ssgd.comm.native.block_peaks: block must be a power of two from 8 to 65536, got {block!r}")
+        raise ValueError(f"ssgd.native.block_peaks: block must be a power of two from 8 to 65536, got {block!r}")
     lib = _library()
     if lib is None or not _float32_vector(u):
         return None
@@ -206,7 +206,7 @@ def topk_blocks(u: Tensor, peak: Tensor, block: int, k: int) -> Tensor | None:
         return None
     blocks = u.numel() // block
     if peak.numel() != blocks or not 1 <= k <= blocks:
-        raise ValueError(f"ssgd.comm.native.topk_blocks: {peak.numel()} peaks for {blocks} blocks, k={k}")
+        raise ValueError(f"ssgd.native.topk_blocks: {peak.numel()} peaks for {blocks} blocks, k={k}")
     work = torch.empty(blocks, dtype=torch.int32)
     thr = ctypes.c_uint32(0)
     candidates = lib.ssgd_topk_threshold(peak.data_ptr(), blocks, k, work.data_ptr(), ctypes.byref(thr))
@@ -217,5 +217,5 @@ def topk_blocks(u: Tensor, peak: Tensor, block: int, k: int) -> Tensor | None:
     got = lib.ssgd_topk_blocks(u.data_ptr(), u.numel(), block, peak.data_ptr(), thr, k, pos.data_ptr(),
                                keys.data_ptr(), keys[cap:].data_ptr(), cap, out.data_ptr())
     if got < 0:
-        raise RuntimeError(f"ssgd.comm.native.topk_blocks: {cap} candidate slots did not hold the top {k}")
+        raise RuntimeError(f"ssgd.native.topk_blocks: {cap} candidate slots did not hold the top {k}")
     return out if got == k else None

@@ -1,6 +1,6 @@
 """Moving an operation's buffers to the device a communication library reads, and back.
 
-Shared by the executors that run one rank per process (`ssgd.comm.mpi`, `ssgd.comm.torch_dist`): each
+Shared by the executors that run one rank per process (`ssgd.comm.executors.mpi`, `ssgd.comm.executors.torch_dist`): each
 decides which device its library takes a tensor on (MPI without CUDA support and gloo: the host;
 CUDA-aware MPI and NCCL: the tensor's own GPU); these helpers copy only when that differs from where
 the tensor lives, and add the time of each copy to `RankLog.staging_s`.
