@@ -529,3 +529,17 @@ def test_sparse_collectives_refuse_models_their_wire_cannot_index(collective):
 
 def test_dense_allreduce_has_no_size_limit():
     DenseAllreduce().check_numel(2**40)
+
+
+def test_every_op_kind_states_its_cost_and_the_thread_executor_knows_every_collective():
+    """Adding an op kind touches ops.py (with `sent` and `simulate`) and each executor's table."""
+    from typing import get_args
+
+    from ssgd.comm import ops
+    from ssgd.comm.executors.thread import RESULTS
+
+    kinds = set(get_args(ops.Op))
+    assert kinds == {ops.Send, ops.Recv, ops.Allreduce, ops.Allgatherv, ops.Bcast}
+    assert all(hasattr(kind, "sent") or kind is ops.Recv for kind in kinds)
+    assert all(hasattr(kind, "simulate") or kind is ops.Recv for kind in kinds)
+    assert set(RESULTS) == kinds - {ops.Send, ops.Recv}

@@ -9,6 +9,7 @@ from ssgd.comm.executors.thread import run_threads
 from ssgd.payload import Dense, Sparse
 from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.perf.netsim import AlphaBetaSim, ShapedSim, Unmodelled, simulator
 from ssgd.perf.shaped import ShapedLink, ShapedNet
 
 SIZES = [8 * 4**i for i in range(13)]          # the ping-pong's (ssgd.tools.pingpong)
@@ -122,3 +123,33 @@ def test_bad_links_are_refused(bad):
         ShapedLink(**{**fields, **bad})
     with pytest.raises(ValueError, match="from_pingpong"):
         ShapedLink.from_pingpong([8, 16], [1e-5, 1e-5], 262_144, 125e6)
+
+
+def test_the_simulator_is_picked_by_the_kind_of_network():
+    class Slower(AlphaBeta):
+        pass
+
+    assert type(simulator(None, 2)) is Unmodelled and type(simulator(AlphaBeta(1.0, 0.0), 2)) is AlphaBetaSim
+    assert type(simulator(Slower(1.0, 0.0), 2)) is AlphaBetaSim and type(simulator(link(), 2)) is ShapedSim
+    with pytest.raises(TypeError, match="no network simulator for float"):
+        simulator(1.0, 2)
+
+
+def test_the_simulators_clocks_by_hand():
+    """Alpha-beta: a message ends at max(both clocks) + alpha + n beta, a collective at max(all) + its closed form;
+    no network: only compute moves a clock; the shaped links: the sender is free once its bytes have left."""
+    ab = AlphaBetaSim(AlphaBeta(1.0, 0.5), 3)
+    ab.compute(0, 2.0)
+    ab.send(0, 1, 4)
+    assert ab.clocks == [5.0, 5.0, 0.0]
+    ab.bcast(2)
+    assert ab.clocks == [5.0 + 2 * 2.0] * 3                     # ceil(log2 3) rounds of 1 + 2 x 0.5
+    free = Unmodelled(2)
+    free.compute(1, 3.0)
+    free.send(1, 0, 100)
+    free.allgatherv([8, 8])
+    assert free.clocks == [0.0, 3.0]
+    sh = ShapedSim(link(), 2)
+    sh.compute(1, 1.0)
+    sh.send(0, 1, 150_000)
+    assert sh.clocks == pytest.approx([h(150_000), 1.0])          # arrived before the receiver was ready

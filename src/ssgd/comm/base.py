@@ -1,9 +1,9 @@
 """The collective interface: an SPMD program per rank, its result, and its cost model.
 
 A collective is written once, as a generator of the operations in `ssgd.comm.ops`; executors
-(`ssgd.comm.executors.thread` for all ranks in this process, `ssgd.comm.executors.mpi` and `ssgd.comm.executors.torch_dist` for one
-rank per process) only say how each operation runs, and `ssgd.comm.driver` steps a program. See
-docs/collectives.md.
+(`ssgd.comm.executors.thread` for all ranks in this process, `ssgd.comm.executors.mpi` and
+`ssgd.comm.executors.torch_dist` for one rank per process) only say how each operation runs, and
+`ssgd.comm.driver` steps a program. See docs/collectives.md.
 """
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 A `Collective.program(rank, P, payload)` is a generator that yields operations (`ssgd.comm.ops`)
 and returns this rank's `Reduced`. An executor only says how one operation is carried out for one
 rank; `run_program` feeds each operation's result back into the program until it returns. The
-MPI and torch.distributed executors (`ssgd.comm.executors.mpi`, `ssgd.comm.executors.torch_dist`) run their rank with it;
-the in-process executor (`ssgd.comm.executors.thread`) interleaves all P programs in lock step with `advance`,
-the single step that `run_program` loops.
+MPI and torch.distributed executors (`ssgd.comm.executors.mpi`, `ssgd.comm.executors.torch_dist`) run
+their rank with it; the in-process executor (`ssgd.comm.executors.thread`) interleaves all P programs
+in lock step with `advance`, the single step that `run_program` loops.
 """
 from __future__ import annotations
 

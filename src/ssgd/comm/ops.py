@@ -2,9 +2,9 @@
 
 A collective is written once, as an SPMD generator function of (rank, P, payload): it yields these
 operations and receives their results (see `ssgd.comm.base.Collective`). An executor says how one
-operation runs; `ssgd.comm.driver` steps the programs. `ssgd.comm.executors.thread` runs all P ranks in this
-process in lock step; `ssgd.comm.executors.mpi` and `ssgd.comm.executors.torch_dist` run this process's rank with mpi4py
-or torch.distributed. Semantics are MPI's:
+operation runs; `ssgd.comm.driver` steps the programs. `ssgd.comm.executors.thread` runs all P ranks in
+this process in lock step; `ssgd.comm.executors.mpi` and `ssgd.comm.executors.torch_dist` run this
+process's rank with mpi4py or torch.distributed. Semantics are MPI's:
 
   * `Send` blocks until the matching `Recv` is posted (so a program that would deadlock under MPI
     deadlocks, loudly, under threads too); `Recv` fills `buf` in place.
@@ -12,9 +12,15 @@ or torch.distributed. Semantics are MPI's:
     same order. Their results must be treated as read-only: the thread executor hands the SAME
     tensor to every rank.
 
-Each kind also states what it costs: `sent(rank, P, ...)` the (messages, bytes) the rank sends, and
-`seconds(net, P, ...)` its alpha-beta time (`ssgd.perf.cost`), so only the executors dispatch on the
-kind, to carry an operation out.
+Each kind also states what it costs, so that no executor works it out again:
+  * `sent(rank, P, block_bytes)`: the (messages, bytes) the rank sends (`ssgd.perf.cost`'s functions,
+    shared with the cost model); `block_bytes` is every rank's buffer bytes in rank order, which only
+    `Allgatherv` reads;
+  * `simulate(sim, ...)`: the modelled clocks it advances on a network simulator (`ssgd.perf.netsim`):
+    `Send.simulate(sim, rank)` for the message from `rank` once its `Recv` is posted (a `Recv` costs
+    nothing of its own), a collective's `simulate(sim, block_bytes)` once per call, for every rank.
+An executor carries an operation out by looking its kind up in a table of its own (`type(op)` ->
+handler); a new kind is one class here, with `sent` and `simulate`, and one entry in each executor's table.
 
 Buffers are contiguous tensors on the payload's device (an executor that cannot read device memory
 stages it through the host, e.g. MPI without CUDA support); bytes are counted as
@@ -27,7 +33,7 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from ssgd.perf import cost
-from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.perf.netsim import NetSim
 
 
 def nbytes(t: Tensor) -> int:
@@ -44,8 +50,9 @@ class Send:
         """One message of the buffer's bytes."""
         return cost.p2p_sent(nbytes(self.buf))
 
-    def seconds(self, net: AlphaBeta, P: int = 0, block_bytes: list[int] | None = None) -> float:
-        return net.message(nbytes(self.buf))
+    def simulate(self, sim: NetSim, rank: int) -> None:
+        """The message from `rank` to `dest`, its Recv posted."""
+        sim.send(rank, self.dest, nbytes(self.buf))
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,8 @@ class Allreduce:
     def sent(self, rank: int, P: int, block_bytes: list[int] | None = None) -> tuple[int, int]:
         return cost.allreduce_sent(rank, P, self.buf.numel(), self.buf.element_size())
 
-    def seconds(self, net: AlphaBeta, P: int, block_bytes: list[int] | None = None) -> float:
-        return cost.allreduce_seconds(net, P, self.buf.numel(), self.buf.element_size())
+    def simulate(self, sim: NetSim, block_bytes: list[int] | None = None) -> None:
+        sim.allreduce(self.buf.numel(), self.buf.element_size())
 
 
 @dataclass(frozen=True)
@@ -87,10 +94,11 @@ class Allgatherv:
             raise TypeError("Allgatherv.sent needs every rank's block_bytes")
         return cost.allgatherv_sent(rank, block_bytes)
 
-    def seconds(self, net: AlphaBeta, P: int, block_bytes: list[int] | None = None) -> float:
+    def simulate(self, sim: NetSim, block_bytes: list[int] | None = None) -> None:
+        """`block_bytes`: every rank's bytes, in rank order (required)."""
         if block_bytes is None:
-            raise TypeError("Allgatherv.seconds needs every rank's block_bytes")
-        return cost.allgatherv_seconds(net, block_bytes)
+            raise TypeError("Allgatherv.simulate needs every rank's block_bytes")
+        sim.allgatherv(block_bytes)
 
 
 @dataclass(frozen=True)
@@ -103,8 +111,8 @@ class Bcast:
     def sent(self, rank: int, P: int, block_bytes: list[int] | None = None) -> tuple[int, int]:
         return cost.bcast_sent(rank, P, nbytes(self.buf))
 
-    def seconds(self, net: AlphaBeta, P: int, block_bytes: list[int] | None = None) -> float:
-        return cost.bcast_seconds(net, P, nbytes(self.buf))
+    def simulate(self, sim: NetSim, block_bytes: list[int] | None = None) -> None:
+        sim.bcast(nbytes(self.buf))
 
 
 Op = Send | Recv | Allreduce | Allgatherv | Bcast
@@ -128,4 +136,4 @@ class RankLog:
 
     stats: CommStats = field(default_factory=CommStats)
     clock: float = 0.0
-    staging_s: float = 0.0     # MPI only: device <-> host copies of GPU tensors (no CUDA-aware MPI)
+    staging_s: float = 0.0     # one-rank executors: copies to and from the device the library reads

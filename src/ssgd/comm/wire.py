@@ -16,7 +16,7 @@ rounded ONCE, on the sending rank, by `WireFormat.encode` (round to nearest even
 so that the error-feedback memory subtracts exactly what was sent (`ssgd.payload.Sparse.subtract_from`)
 and keeps the rounding error. The fp32 format is the int32 [2n] above, unchanged.
 
-Narrow indices (`WireFormat(narrow_indices=True)`, issue 23 item 2): a vector of numel <= 2^16
+Narrow indices (`WireFormat(narrow_indices=True)`): a vector of numel <= 2^16
 (`NARROW_NUMEL`) has indices 0 .. 65535, which fit uint16, so `pack` sends 2 bytes per index instead
 of 4: one uint8 tensor of the n uint16 indices' bytes and then the n values' bytes (4 + 2 = 6 bytes
 per fp32 entry, 2 + 2 = 4 per fp16 / bf16 entry). `unpack` decodes the same int64 indices, so the

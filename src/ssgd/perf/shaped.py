@@ -3,9 +3,8 @@
 The alpha-beta model (`ssgd.perf.alphabeta`, `ssgd.perf.cost`) charges alpha + n beta for every message.
 A link shaped by a token bucket of rate R and depth B (tc's `rate` and `burst`) is not such a link: a
 message that finds the bucket full passes its first B bytes at the host's own speed, and only the rest
-at R; back-to-back messages find it drained. Measured on the testbed (1gbit, burst 256 KiB, both hosts of
-a pair sending at once): 128 KiB in 84-97 us after 4 ms without traffic, 1.03 ms back to back (the rate:
-1.05 ms), and at the rate itself 118.5 MB/s of payload (TCP/IP headers take 4.4 % of every 1,514-byte frame).
+at R; back-to-back messages find it drained (the testbed's measurements of both regimes: docs/testbed.md,
+"The link model: what each term turned out to be").
 
 `ShapedLink` is measured by one ping-pong whose messages find full buckets (`from_pingpong`; `make
 alphabeta-testbed` idles before every round trip) plus tc's burst:
@@ -21,14 +20,14 @@ A message of n bytes that finds `tokens` in its sender's bucket takes latency + 
 beta), h(n) = the host time of n bytes less the latency (interpolated): the bytes leave at the host's
 speed while tokens last, then as tokens come. Tokens come back at 1 / beta per second, up to `burst`.
 
-`ShapedNet` keeps every rank's bucket through one call of a collective (all full when it starts, which on
-the testbed is the case after 2.1 ms without traffic) and times the schedules the testbed's Open MPI runs
+`ShapedNet` keeps every rank's bucket through one call of a collective (all full when it starts: the calls
+timed on the testbed follow a pause without traffic) and times the schedules the testbed's Open MPI runs
 (pinned there: docs/testbed.md): a sender's message leaves at once (eager protocol) and arrives latency +
 transfer later; the ring allreduce and ring allgatherv step in lock step, every rank sending to the next;
 the binomial broadcast from rank 0 posts to all children at once, smallest subtree first; an Allgatherv
-first gathers the block sizes (ceil(log2 P) small messages). `ssgd.comm.executors.thread.run_threads(..., net=link)`
-runs a collective's real program on it, one clock per rank, and adds each rank's given compute
-(`compute=`).
+first gathers the block sizes (ceil(log2 P) small messages). `ssgd.perf.netsim.ShapedSim` keeps per-rank
+clocks on it, so that `ssgd.comm.executors.thread.run_threads(..., net=link)` runs a collective's real program
+on the link and adds each rank's given compute (`compute=`).
 """
 from __future__ import annotations
 

@@ -13,13 +13,14 @@ same `ssgd.comm.driver.run_program`; only how each operation is carried out diff
     equal the rank-order sum of the threads backend only to rounding (tests/integration/test_mpi.py
     states the bound).
 
-Bytes and messages are counted with the same functions as the in-process executor. Importing this
-module initialises MPI: only `ssgd.run.worker_mpi` and MPI tests import it (a process inside MPI cannot
-launch `mpiexec`).
+Each kind has its handler in `HANDLERS`, looked up by the op's type. Bytes and messages are counted
+with each op kind's `sent`, as in the other executors. Importing this module initialises MPI: only
+`ssgd.run.worker_mpi` and MPI tests import it (a process inside MPI cannot launch `mpiexec`).
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,60 +50,79 @@ SUMMED = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE}     # what `Allre
 
 def _host(t: torch.Tensor, datatype: MPI.Datatype = MPI.BYTE) -> Any:
     """What mpi4py reads or writes for the contiguous tensor `t`: its host memory as an MPI buffer of bytes (or of
-    `datatype`, for a reduction), no copy: mpi4py takes that in under a microsecond, where a tensor goes through
-    DLPack, 20 us more per buffer and call (measured on the testbed of docs/testbed.md); a device tensor as it
-    is (CUDA-aware MPI). The buffer only points at `t`'s memory: the caller keeps `t` alive until MPI is done."""
+    `datatype`, for a reduction), no copy and no DLPack conversion per call (docs/collectives.md, "The MPI
+    executor's buffers"); a device tensor as it is (CUDA-aware MPI). The buffer only points at `t`'s memory: the
+    caller keeps `t` alive until MPI is done."""
     if t.device.type != "cpu":
         return t
     return [MPI.buffer.fromaddress(t.data_ptr(), t.numel() * t.element_size()), datatype]
 
 
-def execute(op: Op, comm: MPI.Comm, log: RankLog, pool: dict | None = None) -> Any:
-    """Carry out one operation for this rank; returns what the program receives back."""
-    rank, P = comm.Get_rank(), comm.Get_size()
+def _send(op: Send, comm: MPI.Comm, log: RankLog, pool: dict | None) -> None:
+    comm.Send(_host(to_comm(op.buf, _comm_device(op.buf), log)), dest=op.dest, tag=op.tag)
+    log.stats.add(op.sent())
+
+
+def _recv(op: Recv, comm: MPI.Comm, log: RankLog, pool: dict | None) -> None:
     device = _comm_device(op.buf)
-    if isinstance(op, Send):
-        comm.Send(_host(to_comm(op.buf, device, log)), dest=op.dest, tag=op.tag)
-        log.stats.add(op.sent())
-        return None
-    if isinstance(op, Recv):
-        buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
-        comm.Recv(_host(buf), source=op.source, tag=op.tag)
-        if buf is not op.buf:
-            op.buf.copy_(from_comm(buf, op.buf, log))
-        return None
-    if isinstance(op, Allreduce):
-        send = to_comm(op.buf, device, log)
-        out = pooled(send, pool)
-        if send.dtype not in SUMMED:
-            raise TypeError(f"MPI executor: an Allreduce of {send.dtype}; it sums {', '.join(map(str, SUMMED))}")
-        comm.Allreduce(_host(send, SUMMED[send.dtype]), _host(out, SUMMED[send.dtype]), op=MPI.SUM)
-        log.stats.add(op.sent(rank, P))
-        return from_comm(out, op.buf, log)
-    if isinstance(op, Allgatherv):
-        send = to_comm(op.buf, device, log)
-        mine, counts = torch.tensor([send.numel()]), torch.empty(P, dtype=torch.int64)   # alive until the call returns
-        comm.Allgather(_host(mine, MPI.INT64_T), _host(counts, MPI.INT64_T))
-        sizes = counts.tolist()
-        recv = torch.empty(sum(sizes), dtype=send.dtype, device=send.device)
-        if recv.is_cuda:
-            comm.Allgatherv(send, [recv, sizes])
-        else:
-            width = send.element_size()
-            comm.Allgatherv(_host(send), _host(recv)[:1] + [[n * width for n in sizes], MPI.BYTE])
-        log.stats.add(op.sent(rank, P, [n * send.element_size() for n in sizes]))
-        return list(from_comm(recv, op.buf, log).split(sizes))
-    if isinstance(op, Bcast):
-        buf = to_comm(op.buf, device, log) if rank == 0 else empty_on(op.buf, device)
-        comm.Bcast(_host(buf), root=0)
-        log.stats.add(op.sent(rank, P))
-        return from_comm(buf, op.buf, log)
-    raise TypeError(f"unknown operation {op!r}")
+    buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
+    comm.Recv(_host(buf), source=op.source, tag=op.tag)
+    if buf is not op.buf:
+        op.buf.copy_(from_comm(buf, op.buf, log))
+
+
+def _allreduce(op: Allreduce, comm: MPI.Comm, log: RankLog, pool: dict | None) -> torch.Tensor:
+    send = to_comm(op.buf, _comm_device(op.buf), log)
+    out = pooled(send, pool)
+    if send.dtype not in SUMMED:
+        raise TypeError(f"MPI executor: an Allreduce of {send.dtype}; it sums {', '.join(map(str, SUMMED))}")
+    comm.Allreduce(_host(send, SUMMED[send.dtype]), _host(out, SUMMED[send.dtype]), op=MPI.SUM)
+    log.stats.add(op.sent(comm.Get_rank(), comm.Get_size()))
+    return from_comm(out, op.buf, log)
+
+
+def _allgatherv(op: Allgatherv, comm: MPI.Comm, log: RankLog, pool: dict | None) -> list[torch.Tensor]:
+    rank, P = comm.Get_rank(), comm.Get_size()
+    send = to_comm(op.buf, _comm_device(op.buf), log)
+    mine, counts = torch.tensor([send.numel()]), torch.empty(P, dtype=torch.int64)   # alive until the call returns
+    comm.Allgather(_host(mine, MPI.INT64_T), _host(counts, MPI.INT64_T))
+    sizes = counts.tolist()
+    recv = torch.empty(sum(sizes), dtype=send.dtype, device=send.device)
+    if recv.is_cuda:
+        comm.Allgatherv(send, [recv, sizes])
+    else:
+        width = send.element_size()
+        comm.Allgatherv(_host(send), _host(recv)[:1] + [[n * width for n in sizes], MPI.BYTE])
+    log.stats.add(op.sent(rank, P, [n * send.element_size() for n in sizes]))
+    return list(from_comm(recv, op.buf, log).split(sizes))
+
+
+def _bcast(op: Bcast, comm: MPI.Comm, log: RankLog, pool: dict | None) -> torch.Tensor:
+    rank, device = comm.Get_rank(), _comm_device(op.buf)
+    buf = to_comm(op.buf, device, log) if rank == 0 else empty_on(op.buf, device)
+    comm.Bcast(_host(buf), root=0)
+    log.stats.add(op.sent(rank, comm.Get_size()))
+    return from_comm(buf, op.buf, log)
+
+
+# how this executor carries out each operation kind (`ssgd.comm.ops`)
+HANDLERS: dict[type, Callable[[Any, MPI.Comm, RankLog, dict | None], Any]] = {
+    Send: _send, Recv: _recv, Allreduce: _allreduce, Allgatherv: _allgatherv, Bcast: _bcast}
+
+
+def execute(op: Op, comm: MPI.Comm, log: RankLog, pool: dict | None = None) -> Any:
+    """Carry out one operation for this rank (its kind's entry in `HANDLERS`); returns what the program receives
+    back. `pool`: result buffers kept between calls (`ssgd.comm.executors.staging.pooled`). TypeError for a
+    kind this executor does not know."""
+    handler = HANDLERS.get(type(op))
+    if handler is None:
+        raise TypeError(f"MPI executor: unknown operation {op!r}")
+    return handler(op, comm, log, pool)
 
 
 def run_mpi(collective: Collective, payload: Payload, comm: MPI.Comm,
             pool: dict | None = None) -> tuple[Reduced, RankLog]:
-    """Run this rank's program of `collective` to completion (`pool`: see `_output`)."""
+    """Run this rank's program of `collective` to completion (`pool`: see `execute`)."""
     log = RankLog()
     reduced = run_program(collective, comm.Get_rank(), comm.Get_size(), payload,
                           lambda op: execute(op, comm, log, pool))

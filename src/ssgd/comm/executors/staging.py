@@ -1,9 +1,9 @@
 """Moving an operation's buffers to the device a communication library reads, and back.
 
-Shared by the executors that run one rank per process (`ssgd.comm.executors.mpi`, `ssgd.comm.executors.torch_dist`): each
-decides which device its library takes a tensor on (MPI without CUDA support and gloo: the host;
-CUDA-aware MPI and NCCL: the tensor's own GPU); these helpers copy only when that differs from where
-the tensor lives, and add the time of each copy to `RankLog.staging_s`.
+Shared by the executors that run one rank per process (`ssgd.comm.executors.mpi`,
+`ssgd.comm.executors.torch_dist`): each decides which device its library takes a tensor on (MPI without
+CUDA support and gloo: the host; CUDA-aware MPI and NCCL: the tensor's own GPU); these helpers copy only
+when that differs from where the tensor lives, and add the time of each copy to `RankLog.staging_s`.
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def from_comm(t: Tensor, like: Tensor, log: RankLog) -> Tensor:
 
 
 def pooled(like: Tensor, pool: dict | None) -> Tensor:
-    """A result buffer shaped like `like`: reused from `pool` when given (a fresh 100 MB tensor costs
-    ~40-70 ms of page faults here), so a result is valid only until the next call with that pool."""
+    """A result buffer shaped like `like`: reused from `pool` when given (a fresh d-sized tensor costs its page
+    faults on every call: docs/hot-path.md), so a result is valid only until the next call with that pool."""
     if pool is None:
         return torch.empty_like(like)
     key = (tuple(like.shape), like.dtype, like.device)

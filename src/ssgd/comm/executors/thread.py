@@ -3,24 +3,18 @@
 This is the in-process backend's collective phase: one thread steps every virtual rank's program
 (`ssgd.comm.driver.advance`) until it blocks on an operation, then completes whatever can complete:
   * a `Send` whose destination has posted the matching `Recv` (copy, then both resume);
-  * a collective op once every rank has posted it (computed once, in rank order, and the SAME
-    result tensor handed to every rank).
+  * a collective op once every rank has posted it (computed once, in rank order, by the kind's entry
+    in `RESULTS`, and the SAME result handed to every rank).
 If nothing can complete while some rank still waits, the programs would deadlock under MPI too:
 raise `CollectiveDeadlock` describing each rank's pending op instead of hanging.
 
-Besides counting bytes and messages per rank, the executor keeps a modelled clock per rank when a
-network is given: a matched Send/Recv ends at max(both clocks) + alpha + n beta, a collective ends
-at max(all clocks) + its closed-form time. Tests compare these clocks with `ssgd.perf.cost`.
-On a `ssgd.perf.shaped.ShapedLink` (links shaped by token buckets, the testbed of docs/testbed.md) the
-clocks follow `ssgd.perf.shaped.ShapedNet` instead: a Send leaves at the sender's clock (eager) and the
-receiver's clock becomes at least its arrival; collectives run the schedules ShapedNet times, every rank's
-bucket carried through the call. With `compute` (per rank, the seconds its program computes before each of
-its operations and after the last, e.g. measured on a real rank) each clock also advances by those, so
-that the clocks model a call as P hosts with a CPU each run it: the network modelled, the compute given.
+Besides counting bytes and messages per rank (each op's `sent`), the executor keeps a modelled clock
+per rank: it tells a network simulator (`ssgd.perf.netsim`, chosen by `net`) each completed operation
+(`op.simulate`) and each rank's compute, and copies the simulator's clocks into the ranks' `RankLog.clock`.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -30,7 +24,8 @@ from ssgd.comm.driver import advance
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send, nbytes
 from ssgd.payload import Payload
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.perf.shaped import ShapedLink, ShapedNet
+from ssgd.perf.netsim import NetSim, simulator
+from ssgd.perf.shaped import ShapedLink
 
 
 class CollectiveDeadlock(RuntimeError):
@@ -45,100 +40,114 @@ def rank_order_sum(bufs: Sequence[torch.Tensor]) -> torch.Tensor:
     return acc
 
 
-def _collective_result(ops: list[Op]) -> tuple[Any, list[int] | None]:
-    first = ops[0]
-    if any(type(op) is not type(first) for op in ops):
-        kinds = ", ".join(f"rank {r}: {type(op).__name__}" for r, op in enumerate(ops))
-        raise CollectiveDeadlock(f"ranks posted different collectives ({kinds})")
-    if isinstance(first, Allreduce):
-        return rank_order_sum([op.buf for op in ops]), None
-    if isinstance(first, Allgatherv):
-        return [op.buf for op in ops], [nbytes(op.buf) for op in ops]
-    if isinstance(first, Bcast):
-        return first.buf, None
-    raise CollectiveDeadlock(f"unknown collective {first!r}")
+def _allreduce(ops: list[Allreduce]) -> torch.Tensor:
+    return rank_order_sum([op.buf for op in ops])
 
 
-def _shaped_end(op: Op, net: ShapedNet, block_bytes: list[int] | None, start: float) -> float:
-    """When the collective `op` (every rank's, posted by `start`) ends on the shaped network."""
-    if isinstance(op, Allreduce):
-        return net.allreduce(op.buf.numel(), op.buf.element_size(), start)
-    if isinstance(op, Allgatherv):
-        assert block_bytes is not None
-        return net.allgatherv(block_bytes, start)
-    if isinstance(op, Bcast):
-        return net.bcast(nbytes(op.buf), start)
-    raise CollectiveDeadlock(f"unknown collective {op!r}")
+def _allgatherv(ops: list[Allgatherv]) -> list[torch.Tensor]:
+    return [op.buf for op in ops]
+
+
+def _bcast(ops: list[Bcast]) -> torch.Tensor:
+    return ops[0].buf
+
+
+# each collective kind's result, from every rank's op in rank order (the semantics of ssgd.comm.ops)
+RESULTS: dict[type, Callable[[list[Any]], Any]] = {Allreduce: _allreduce, Allgatherv: _allgatherv, Bcast: _bcast}
+
+
+def _describe(op: Op | None) -> str:
+    if op is None:
+        return "done"
+    peer = f"->{op.dest}" if isinstance(op, Send) else f"<-{op.source}" if isinstance(op, Recv) else ""
+    return type(op).__name__ + peer
+
+
+class _Lockstep:
+    """The P programs of one call, their pending operations, results, logs and modelled clocks."""
+
+    def __init__(self, collective: Collective, payloads: Sequence[Payload], sim: NetSim,
+                 compute: Sequence[Sequence[float]] | None) -> None:
+        self.P = P = len(payloads)
+        self.name, self.sim, self.compute = collective.name, sim, compute
+        self.programs = [collective.program(r, P, payloads[r]) for r in range(P)]
+        self.logs = [RankLog() for _ in range(P)]
+        self.pending: list[Op | None] = [None] * P
+        self.results: list[Reduced | None] = [None] * P
+        self.steps = [0] * P
+
+    def resume(self, r: int, value: Any = None) -> None:
+        """Rank r computes (its next `compute` value), then runs to its next operation or its result."""
+        if self.compute is not None:
+            given = self.compute[r]
+            if self.steps[r] >= len(given):
+                raise ValueError(f"run_threads: rank {r}'s program has more steps than its {len(given)} compute "
+                                 "values")
+            self.sim.compute(r, given[self.steps[r]])
+            self.steps[r] += 1
+        self.pending[r], done = advance(self.programs[r], value)
+        if done is not None:
+            self.results[r] = done
+
+    def point_to_point(self) -> bool:
+        """Complete, in rank order, every Send whose Recv is posted; whether any was."""
+        progressed = False
+        for r in range(self.P):
+            op = self.pending[r]
+            if not isinstance(op, Send) or not 0 <= op.dest < self.P:
+                continue
+            peer = self.pending[op.dest]
+            if isinstance(peer, Recv) and peer.source == r and peer.tag == op.tag:
+                if peer.buf.shape != op.buf.shape or peer.buf.dtype != op.buf.dtype:
+                    raise CollectiveDeadlock(f"rank {r} sends {tuple(op.buf.shape)} {op.buf.dtype} but rank "
+                                             f"{op.dest} receives {tuple(peer.buf.shape)} {peer.buf.dtype}")
+                peer.buf.copy_(op.buf)
+                self.logs[r].stats.add(op.sent())
+                op.simulate(self.sim, r)
+                self.resume(r)
+                self.resume(op.dest)
+                progressed = True
+        return progressed
+
+    def collective(self) -> bool:
+        """Complete the collective op every rank has posted; False when some rank has not posted one."""
+        ops = self.pending
+        if not all(type(op) in RESULTS for op in ops):
+            return False
+        if any(type(op) is not type(ops[0]) for op in ops):
+            kinds = ", ".join(f"rank {r}: {type(op).__name__}" for r, op in enumerate(ops))
+            raise CollectiveDeadlock(f"ranks posted different collectives ({kinds})")
+        block_bytes = [nbytes(op.buf) for op in ops]  # type: ignore[union-attr]
+        value = RESULTS[type(ops[0])](ops)
+        ops[0].simulate(self.sim, block_bytes)  # type: ignore[union-attr]
+        for r, op in enumerate(ops):
+            self.logs[r].stats.add(op.sent(r, self.P, block_bytes))  # type: ignore[union-attr]
+            self.resume(r, value)
+        return True
+
+    def deadlock(self) -> CollectiveDeadlock:
+        state = "; ".join(f"rank {r}: {_describe(op)}" for r, op in enumerate(self.pending))
+        return CollectiveDeadlock(f"{self.name}: no rank can progress ({state})")
 
 
 def run_threads(collective: Collective, payloads: Sequence[Payload],
                 net: AlphaBeta | ShapedLink | None = None,
                 compute: Sequence[Sequence[float]] | None = None) -> tuple[list[Reduced], list[RankLog]]:
-    """Run `collective` on all P = len(payloads) ranks; returns per-rank results and logs (with modelled
-    clocks on `net`, and `compute[r][i]`, rank r's compute before its i-th operation (after its last one
-    for i = its count of operations), added to its clock: module docstring). ValueError when `compute`
-    does not give P ranks, or a rank fewer values than its program has steps."""
+    """Run `collective` on all P = len(payloads) ranks; returns per-rank results and logs.
+
+    `net`: the network whose clocks the logs carry (`ssgd.perf.netsim.simulator`; None: no network, the
+    clocks hold only `compute`). `compute[r][i]`: rank r's compute before its i-th operation (after its last
+    one for i = its count of operations), added to its clock. ValueError when `compute` does not give P ranks,
+    or a rank fewer values than its program has steps; `CollectiveDeadlock` when the programs cannot progress."""
     P = len(payloads)
     if compute is not None and len(compute) != P:
         raise ValueError(f"run_threads: compute for {len(compute)} ranks, {P} payloads")
-    gens = [collective.program(r, P, payloads[r]) for r in range(P)]
-    logs = [RankLog() for _ in range(P)]
-    pending: list[Op | None] = [None] * P
-    results: list[Reduced | None] = [None] * P
-    shaped = ShapedNet(net, P) if isinstance(net, ShapedLink) else None
-    steps = [0] * P
-
-    def resume(r: int, value: Any = None) -> None:
-        if compute is not None:
-            if steps[r] >= len(compute[r]):
-                raise ValueError(f"run_threads: rank {r}'s program has more steps than its {len(compute[r])} compute "
-                                 "values")
-            logs[r].clock += compute[r][steps[r]]
-            steps[r] += 1
-        pending[r], done = advance(gens[r], value)
-        if done is not None:
-            results[r] = done
-
+    run = _Lockstep(collective, payloads, simulator(net, P), compute)
     for r in range(P):
-        resume(r)
-    while any(op is not None for op in pending):
-        progressed = False
-        for r in range(P):                      # point to point, in rank order
-            op = pending[r]
-            if isinstance(op, Send) and 0 <= op.dest < P:
-                peer = pending[op.dest]
-                if isinstance(peer, Recv) and peer.source == r and peer.tag == op.tag:
-                    if peer.buf.shape != op.buf.shape or peer.buf.dtype != op.buf.dtype:
-                        raise CollectiveDeadlock(f"rank {r} sends {tuple(op.buf.shape)} {op.buf.dtype} but rank "
-                                                 f"{op.dest} receives {tuple(peer.buf.shape)} {peer.buf.dtype}")
-                    peer.buf.copy_(op.buf)
-                    logs[r].stats.add(op.sent())
-                    if shaped is not None:
-                        free, arrived = shaped.send(r, nbytes(op.buf), logs[r].clock)
-                        logs[r].clock, logs[op.dest].clock = free, max(logs[op.dest].clock, arrived)
-                    elif net is not None:
-                        end = max(logs[r].clock, logs[op.dest].clock) + op.seconds(net)
-                        logs[r].clock = logs[op.dest].clock = end
-                    resume(r)
-                    resume(op.dest)
-                    progressed = True
-        if not progressed and all(isinstance(op, (Allreduce, Allgatherv, Bcast)) for op in pending):
-            ops: list[Op] = pending  # type: ignore[assignment]
-            value, block_bytes = _collective_result(ops)
-            if shaped is not None:
-                end = _shaped_end(ops[0], shaped, block_bytes, max(log.clock for log in logs))
-            elif net is not None:
-                end = max(log.clock for log in logs) + ops[0].seconds(net, P, block_bytes)
-            for r in range(P):
-                logs[r].stats.add(ops[r].sent(r, P, block_bytes))
-                if net is not None:
-                    logs[r].clock = end
-                resume(r, value)
-            progressed = True
-        if not progressed:
-            state = "; ".join(f"rank {r}: {type(op).__name__ if op else 'done'}"
-                              + (f"->{op.dest}" if isinstance(op, Send) else "")
-                              + (f"<-{op.source}" if isinstance(op, Recv) else "")
-                              for r, op in enumerate(pending))
-            raise CollectiveDeadlock(f"{collective.name}: no rank can progress ({state})")
-    return results, logs  # type: ignore[return-value]
+        run.resume(r)
+    while any(op is not None for op in run.pending):
+        if not (run.point_to_point() or run.collective()):
+            raise run.deadlock()
+    for log, clock in zip(run.logs, run.sim.clocks):
+        log.clock = clock
+    return run.results, run.logs  # type: ignore[return-value]

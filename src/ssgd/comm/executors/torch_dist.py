@@ -19,11 +19,13 @@ carried out differs:
 
 Which device a library reads: gloo takes host tensors, NCCL takes the GPU of this rank. A tensor
 elsewhere (a CUDA payload on gloo, a host tensor on NCCL) is staged by `ssgd.comm.executors.staging` and the
-copy time logged as `RankLog.staging_s`. Bytes and messages are counted with the same functions as
-the other executors (each op kind's `sent`, `ssgd.comm.ops`).
+copy time logged as `RankLog.staging_s`. Each kind has its method in `TorchExecutor.handlers`, looked up
+by the op's type; bytes and messages are counted with each op kind's `sent` (`ssgd.comm.ops`), as in the
+other executors.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,7 +58,8 @@ def comm_device(group: dist.ProcessGroup | None = None) -> torch.device:
 
 
 class TorchExecutor:
-    """Carries out operations for this rank of `group` (default: the default process group)."""
+    """Carries out operations for this rank of `group` (default: the default process group); each kind by its
+    method in `self.handlers`, looked up by the op's type."""
 
     def __init__(self, group: dist.ProcessGroup | None = None, pool: dict | None = None) -> None:
         self.group = group
@@ -64,49 +67,60 @@ class TorchExecutor:
         self.device = comm_device(group)
         self.tags = dist.get_backend(group) != "nccl"
         self.pool = pool
+        self.handlers: dict[type, Callable[[Any, RankLog], Any]] = {
+            Send: self._send, Recv: self._recv, Allreduce: self._allreduce, Allgatherv: self._allgatherv,
+            Bcast: self._bcast}
 
     def __call__(self, op: Op, log: RankLog) -> Any:
-        group, device, P = self.group, self.device, self.P
-        tag = op.tag if self.tags and isinstance(op, (Send, Recv)) else 0
-        if isinstance(op, Send):
-            dist.send(to_comm(op.buf, device, log), group=group, group_dst=op.dest, tag=tag)
-            log.stats.add(op.sent())
-            return None
-        if isinstance(op, Recv):
-            buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
-            dist.recv(buf, group=group, group_src=op.source, tag=tag)
-            if buf is not op.buf:
-                op.buf.copy_(from_comm(buf, op.buf, log))
-            return None
-        if isinstance(op, Allreduce):
-            if op.buf.device == device:          # all_reduce works in place: the program's buffer stays intact
-                out = pooled(op.buf, self.pool)
-                out.copy_(op.buf)
-            else:
-                out = to_comm(op.buf, device, log)  # already a copy
-            dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
-            log.stats.add(op.sent(self.rank, P))
-            return from_comm(out, op.buf, log)
-        if isinstance(op, Allgatherv):
-            send = to_comm(op.buf, device, log).reshape(-1)
-            sizes_t = torch.empty(P, dtype=torch.int64, device=device)
-            all_gather_single(sizes_t, torch.tensor([send.numel()], dtype=torch.int64, device=device), group=group)
-            sizes = sizes_t.tolist()
-            log.stats.add(op.sent(self.rank, P, [n * send.element_size() for n in sizes]))
-            width = max(sizes)
-            if width == 0:                       # every block empty (all ranks see the same sizes)
-                return [op.buf.new_empty(0) for _ in range(P)]
-            padded = send if send.numel() == width else torch.cat([send, send.new_zeros(width - send.numel())])
-            recv = torch.empty(P * width, dtype=send.dtype, device=device)
-            all_gather_single(recv, padded, group=group)
-            recv = from_comm(recv, op.buf, log)
-            return [recv[r * width:r * width + n] for r, n in enumerate(sizes)]
-        if isinstance(op, Bcast):
-            buf = to_comm(op.buf, device, log) if self.rank == 0 else empty_on(op.buf, device)
-            dist.broadcast(buf, group=group, group_src=0)
-            log.stats.add(op.sent(self.rank, P))
-            return from_comm(buf, op.buf, log)
-        raise TypeError(f"unknown operation {op!r}")
+        """Carry out `op` for this rank; returns what the program receives back. TypeError for an unknown kind."""
+        handler = self.handlers.get(type(op))
+        if handler is None:
+            raise TypeError(f"torch.distributed executor: unknown operation {op!r}")
+        return handler(op, log)
+
+    def _send(self, op: Send, log: RankLog) -> None:
+        dist.send(to_comm(op.buf, self.device, log), group=self.group, group_dst=op.dest,
+                  tag=op.tag if self.tags else 0)
+        log.stats.add(op.sent())
+
+    def _recv(self, op: Recv, log: RankLog) -> None:
+        device = self.device
+        buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
+        dist.recv(buf, group=self.group, group_src=op.source, tag=op.tag if self.tags else 0)
+        if buf is not op.buf:
+            op.buf.copy_(from_comm(buf, op.buf, log))
+
+    def _allreduce(self, op: Allreduce, log: RankLog) -> torch.Tensor:
+        if op.buf.device == self.device:     # all_reduce works in place: the program's buffer stays intact
+            out = pooled(op.buf, self.pool)
+            out.copy_(op.buf)
+        else:
+            out = to_comm(op.buf, self.device, log)  # already a copy
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)
+        log.stats.add(op.sent(self.rank, self.P))
+        return from_comm(out, op.buf, log)
+
+    def _allgatherv(self, op: Allgatherv, log: RankLog) -> list[torch.Tensor]:
+        device, P = self.device, self.P
+        send = to_comm(op.buf, device, log).reshape(-1)
+        sizes_t = torch.empty(P, dtype=torch.int64, device=device)
+        all_gather_single(sizes_t, torch.tensor([send.numel()], dtype=torch.int64, device=device), group=self.group)
+        sizes = sizes_t.tolist()
+        log.stats.add(op.sent(self.rank, P, [n * send.element_size() for n in sizes]))
+        width = max(sizes)
+        if width == 0:                       # every block empty (all ranks see the same sizes)
+            return [op.buf.new_empty(0) for _ in range(P)]
+        padded = send if send.numel() == width else torch.cat([send, send.new_zeros(width - send.numel())])
+        recv = torch.empty(P * width, dtype=send.dtype, device=device)
+        all_gather_single(recv, padded, group=self.group)
+        recv = from_comm(recv, op.buf, log)
+        return [recv[r * width:r * width + n] for r, n in enumerate(sizes)]
+
+    def _bcast(self, op: Bcast, log: RankLog) -> torch.Tensor:
+        buf = to_comm(op.buf, self.device, log) if self.rank == 0 else empty_on(op.buf, self.device)
+        dist.broadcast(buf, group=self.group, group_src=0)
+        log.stats.add(op.sent(self.rank, self.P))
+        return from_comm(buf, op.buf, log)
 
 
 def run_torch(collective: Collective, payload: Payload, group: dist.ProcessGroup | None = None,
