@@ -130,7 +130,7 @@ def plain_gtopk_loop(P: int, steps: int, seed: int, batch: int, rule: str, *over
 
 @pytest.mark.parametrize("model,rule", [("fnn3", "released"), ("fnn3", "strict"), ("cnn", "released")])
 def test_gtopk_trainer_equals_a_plain_gtopk_loop(model, rule, tmp_path):
-    """The trainer's whole gTop-k path (RankSync, the tree, support, the residual update, the sparse decode
+    """The trainer's whole gTop-k path (RankCompression, the tree, support, the residual update, the sparse decode
     into .grad, momentum) against `plain_gtopk_loop`, P = 4, 4 steps; and the check can fail: the
     plain loop with the other rule (or dense) ends elsewhere."""
     torch.set_num_threads(1)
