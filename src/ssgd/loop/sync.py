@@ -183,9 +183,9 @@ class Synced(Generic[T]):
     logs: list[RankLog]         # each rank's messages, bytes, staging and own seconds in the collective
     collective: Collective      # the step's collective (`Scheme.collective_for`, asked once)
     compress_s: list[float]     # each rank's compensate + compress, plus its residual update after the collective
-    compute_s: float            # wall seconds of the compute phase: every local rank's backward and compress
+    compute_phase_s: float      # wall seconds of every local rank's backward and compression (`World.map`)
     comm_s: float               # wall seconds of the collective
-    update_s: float             # wall seconds of the decode and the residual updates (the observer's excluded)
+    decode_settle_s: float      # wall seconds of the decode and the residual updates (the observer's excluded)
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,11 @@ class SyncStep:
     Holds each local rank's `RankCompression` (`ranks`) and the parameters' .grad as views of one decoded
     buffer (`grads`, `ssgd.loop.decode.ParamGrads`). A call asks `Scheme.collective_for` once, runs every
     local rank's backward and compression in the world's compute phase (`World.map`), the collective once
-    (`World.collective`), decodes rank 0's result into the .grad (every local rank's result has the same
-    total), calls the observer, then updates each rank's residual in rank order."""
+    (`World.collective`), decodes the first local rank's result into the .grad (every rank's result has
+    the same total), calls the observer, then updates each rank's residual in rank order: the S-SGD step
+    with error feedback, for any scheme (its gTop-k instance: Shi et al., "A Distributed Synchronous SGD
+    Algorithm with Global Top-k Sparsification for Low Bandwidth Networks", ICDCS 2019, arXiv:1901.04359,
+    Algorithm 3)."""
 
     def __init__(self, scheme: Scheme, world: World, params: Sequence[nn.Parameter]) -> None:
         self.scheme, self.world = scheme, world

@@ -126,7 +126,7 @@ class Trainer:
         """Metrics of one step over all P ranks; every rank sees every rank's stop request (gathered with them)."""
         rows = self.world.allgather(rank_metrics(synced, self.stop.signum or 0))
         self.stop_seen = max(m.stop for m in rows)
-        wall = (synced.compute_s, synced.comm_s, synced.update_s + apply_s)
+        wall = (synced.compute_phase_s, synced.comm_s, synced.decode_settle_s + apply_s)
         return step_metrics(rows, density, self.d, synced.collective, self.net, wall)
 
     # -- evaluation ------------------------------------------------------------------------------
