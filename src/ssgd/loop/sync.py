@@ -133,9 +133,9 @@ class RankCompression:
 
     def compress(self, grad: Tensor | Sequence[Tensor | None], density: float,
                  collective: Collective | None = None) -> tuple[Tensor, Payload]:
-        """u = g + e, and its payload as `collective` sends it: the compressor's payload for the scheme's
-        collective, `Dense(u)` for its dense one (a vector that goes dense under the minimum-compression
-        rule), encoded in the wire format (`Collective.encode`). `collective`: the step's
+        """u = g + e, and its payload as `collective` sends it: `Dense(u)` for the scheme's dense collective
+        (a vector that goes dense under the minimum-compression rule), else the compressor's payload,
+        encoded in the wire format (`Collective.encode`). `collective`: the step's
         `Scheme.collective_for(d, density)`, which the caller asks once per step (None: asked here).
 
         `grad`: the flat float32 [d] gradient (it may be overwritten: it may become u), or its parts in
@@ -151,9 +151,9 @@ class RankCompression:
             u = self.u
         if collective is None:
             collective = self.scheme.collective_for(u.numel(), density)
-        if collective is self.scheme.collective:
-            return u, collective.encode(self.compressor.compress(u, density))
-        return u, collective.encode(Dense(u))
+        if collective is self.scheme.dense:
+            return u, collective.encode(Dense(u))
+        return u, collective.encode(self.compressor.compress(u, density))
 
     def settle(self, payload: Payload, reduced: Reduced) -> None:
         """After the collective: e = u - (part of payload that counted as sent)."""
