@@ -56,12 +56,12 @@ def trainer_and_hook(rank: int, P: int, compressor: str, run_dir: str, ddp_args:
     residual = torch.zeros(trainer.d, device=model_device)
     offsets = np.cumsum([0] + [p.numel() for p in trainer.params])
     for bucket in hook.buckets.values():
-        e = bucket.sync.memory.state_dict().get("e", torch.zeros(sum(hook.params[i].numel() for i in bucket.key),
+        e = bucket.compression.memory.state_dict().get("e", torch.zeros(sum(hook.params[i].numel() for i in bucket.key),
                                                                  device=model_device))
         for pos in bucket.key:
             n = hook.params[pos].numel()
             residual[offsets[pos]:offsets[pos] + n] = e[bucket.offsets[pos]:bucket.offsets[pos] + n]
-    trainer_e = trainer.replicas[rank].sync.memory.state_dict().get("e", torch.zeros(trainer.d, device=model_device))
+    trainer_e = trainer.sync.ranks[rank].memory.state_dict().get("e", torch.zeros(trainer.d, device=model_device))
     return {"trainer": [p.detach().cpu().numpy() for p in trainer.params],
             "hook": [p.detach().cpu().numpy() for p in model.parameters()],
             "trainer_e": trainer_e.cpu().numpy(), "hook_e": residual.cpu().numpy(),
@@ -73,7 +73,7 @@ def model_residual(hook, d: int, device) -> torch.Tensor:
     offsets = np.cumsum([0] + [p.numel() for p in hook.params])
     residual = torch.zeros(d, device=device)
     for bucket in hook.buckets.values():
-        e = bucket.sync.memory.state_dict().get("e")
+        e = bucket.compression.memory.state_dict().get("e")
         for pos in bucket.key:
             n = hook.params[pos].numel()
             if e is not None:

@@ -165,6 +165,21 @@ class ClusterConfig:
 WIRE_VALUES = ("fp32", "fp16", "bf16")
 
 
+def check_wire_values(value: object) -> str:
+    """`compressor.wire.values` when it is one of `WIRE_VALUES`; else ConfigError naming the key. The one
+    check of the key: the schema and `ssgd.scheme_config` (files read without the schema) call it."""
+    if value not in WIRE_VALUES:
+        raise ConfigError(f"compressor.wire.values={value!r}: allowed: {', '.join(WIRE_VALUES)}")
+    return str(value)
+
+
+def check_min_compression(value: object) -> float:
+    """`compressor.min_compression` as a float when it is a finite number >= 0 (0: the rule is off); else
+    ConfigError naming the key. The one check of the key, called as `check_wire_values` is."""
+    _finite_at_least(value, "compressor.min_compression", 0.0, what=" (0: off)")
+    return float(value)  # type: ignore[arg-type]
+
+
 @dataclass
 class WireConfig:
     """`compressor.wire:` how payload values travel (ssgd.comm.wire; docs/compressors.md#wire-formats)."""
@@ -172,8 +187,7 @@ class WireConfig:
     values: str = "fp32"                       # fp32 | fp16 | bf16 (indices: ssgd.comm.wire.index_bytes)
 
     def __post_init__(self) -> None:
-        if self.values not in WIRE_VALUES:
-            raise ConfigError(f"compressor.wire.values={self.values!r}: allowed: {', '.join(WIRE_VALUES)}")
+        check_wire_values(self.values)
 
 
 @dataclass
@@ -192,7 +206,7 @@ class CompressorConfig:
 
     def __post_init__(self) -> None:
         check_density(self.density, "compressor.density")
-        _finite_at_least(self.min_compression, "compressor.min_compression", 0.0, what=" (0: off)")
+        check_min_compression(self.min_compression)
         for i, v in enumerate(self.density_warmup):
             check_density(v, f"compressor.density_warmup[{i}]")
 

@@ -16,7 +16,7 @@ For each gradient bucket DDP hands over, on every rank, the hook
      gradients became ready, and rebuilds its buckets after the first iteration);
   2. compensates: u = g + e, with this bucket's residual e (error feedback);
   3. compresses u with the scheme's compressor, built from conf/compressor/<name>.yaml exactly as the
-     trainer builds it (`ssgd.run.build.scheme`);
+     trainer builds it (`ssgd.scheme_config.build_scheme`);
   4. runs the scheme's collective (dense allreduce, sparse allgather, the gTop-k tree) on
      torch.distributed: the same program as the trainer, executed by `ssgd.comm.executors.torch_dist`;
   5. keeps e = u - what counted as sent (for gTop-k: this rank's entries outside the global set);
@@ -58,11 +58,10 @@ from __future__ import annotations
 
 import atexit
 import functools
-import inspect
 import queue
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -71,8 +70,9 @@ from torch import Tensor, nn
 
 from ssgd.comm.executors.torch_dist import TorchExecutor, run_torch
 from ssgd.config import check_density, compressor_config
-from ssgd.loop.sync import RankSync, Scheme
+from ssgd.loop.sync import RankCompression, Scheme
 from ssgd.payload import Sparse
+from ssgd.scheme_config import build_scheme, collective_takes, compressor_factory
 from ssgd.utils.seeding import derive_seed
 
 
@@ -93,7 +93,7 @@ class _Bucket:
 
     key: tuple[int, ...]
     offsets: dict[int, int]   # parameter position -> offset in this bucket's flat vector
-    sync: RankSync
+    compression: RankCompression
 
     def in_buffer(self, idx: Tensor, positions: list[int], grads: list[Tensor], buf: Tensor) -> Tensor | None:
         """Where the entries at `idx` (positions in this bucket's flat vector, in model order) lie in DDP's
@@ -216,13 +216,14 @@ class SparseHook:
         # u = g + e: from the buffer itself when DDP's order is the model's, else part by part into the
         # residual's views (the same float additions, without first gathering the parts in model order)
         parts = buf if in_order else [grads[i].reshape(-1) for i in order]
-        u, payload = state.sync.compress(parts, job.density)
+        d = state.compression.d
+        collective = self.scheme.collective_for(d, job.density)      # min-compression rule: asked once
+        u, payload = state.compression.compress(parts, job.density, collective)
         if self.executor is None:
             self.executor = TorchExecutor(self.group, self.buffers)
-        collective = self.scheme.collective_for(u.numel(), job.density)   # min-compression rule
         reduced, log = run_torch(collective, payload, executor=self.executor)
-        d, total = u.numel(), reduced.total
-        state.sync.settle(payload, reduced)
+        total = reduced.total
+        state.compression.settle(payload, reduced)
         if in_order and buf.dtype == torch.float32:
             reduced.average(out=buf)        # written in place: no d-sized temporary (the same bits as a copy)
         elif in_order:
@@ -262,36 +263,46 @@ class SparseHook:
             offsets[pos] = d
             d += self.params[pos].numel()
         self.scheme.collective.check_numel(d)
-        sync = RankSync(self._bucket_scheme(key[0]), self.rank, d, device,
-                        parts=[torch.Size([self.params[pos].numel()]) for pos in key])
+        compression = RankCompression(self._bucket_scheme(key[0]), self.rank, d, device,
+                                      parts=[torch.Size([self.params[pos].numel()]) for pos in key])
         old_keys = {self.owner[pos] for pos in key if pos in self.owner}
         if old_keys:
-            state, old_states = sync.memory.state_dict(), {k: self.buckets[k].sync.memory.state_dict() for k in old_keys}
-            for name, tensor in state.items():
-                if isinstance(tensor, Tensor) and tensor.shape == (d,):
-                    for pos in key:
-                        if pos in self.owner:
-                            old, n = self.buckets[self.owner[pos]], self.params[pos].numel()
-                            src = old_states[old.key][name][old.offsets[pos]:old.offsets[pos] + n]
-                            tensor[offsets[pos]:offsets[pos] + n] = src
-            sync.memory.load_state_dict(state)
-            for k in old_keys:
-                if k[0] == key[0]:
-                    sync.compressor.load_state_dict(self.buckets[k].sync.compressor.state_dict())
+            self._move_state(compression, key, offsets, old_keys)
         self.owner.update({pos: key for pos in key})
         for k in old_keys:                        # a bucket none of whose parameters it still owns
             if all(self.owner[pos] != k for pos in k):
                 del self.buckets[k]
-        bucket = _Bucket(key, offsets, sync)
+        bucket = _Bucket(key, offsets, compression)
         self.buckets[key] = bucket
         return bucket
 
+    def _move_state(self, compression: RankCompression, key: tuple[int, ...], offsets: dict[int, int],
+                    old_keys: set[tuple[int, ...]]) -> None:
+        """Into the new bucket `key`: each of its parameters' entries of the per-coordinate memory state from
+        the bucket that owned the parameter, and the compressor's state of the old bucket with the same first
+        parameter."""
+        state = compression.memory.state_dict()
+        old_states = {k: self.buckets[k].compression.memory.state_dict() for k in old_keys}
+        for name, tensor in state.items():
+            if isinstance(tensor, Tensor) and tensor.shape == (compression.d,):
+                for pos in key:
+                    if pos in self.owner:
+                        old, n = self.buckets[self.owner[pos]], self.params[pos].numel()
+                        src = old_states[old.key][name][old.offsets[pos]:old.offsets[pos] + n]
+                        tensor[offsets[pos]:offsets[pos] + n] = src
+        compression.memory.load_state_dict(state)
+        for k in old_keys:
+            if k[0] == key[0]:
+                compression.compressor.load_state_dict(self.buckets[k].compression.compressor.state_dict())
+
     def _bucket_scheme(self, first: int) -> Scheme:
         """The scheme with the random stream of the bucket that starts at parameter `first`: the trainer's
-        (seed, rank) stream for the bucket holding parameter 0, a stream derived from (seed, first) else."""
+        (seed, rank) stream for the bucket holding parameter 0, a stream derived from (seed, first) else
+        (the same collective and memory, a compressor factory of that stream)."""
         if first == 0:
             return self.scheme
-        return Scheme.from_config(self.config, derive_seed(self.seed, first, "ddp-bucket"))
+        seed = derive_seed(self.seed, first, "ddp-bucket")
+        return replace(self.scheme, make_compressor=compressor_factory(self.config, seed))
 
 
 HALF_VALUES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -329,10 +340,9 @@ def hook_state(model: nn.Module, compressor: str = "gtopk", density: float | Non
         values = HALF_VALUES.get(dtypes.pop())
     if values is not None:
         OmegaConf.update(config, "wire.values", values, force_add=True)
-    scheme = Scheme.from_config(config, seed)
-    if narrow_indices and "narrow_indices" in inspect.signature(type(scheme.collective)).parameters:
+    if narrow_indices and collective_takes(config, "narrow_indices"):
         OmegaConf.update(config, "collective.narrow_indices", True, force_add=True)
-        scheme = Scheme.from_config(config, seed)
+    scheme = build_scheme(config, seed)
     rho = check_density(scheme.density.density if density is None else density)
     if overlap:       # the thread's own group: its collectives never interleave with DDP's own on `process_group`
         process_group = dist.new_group(dist.get_process_group_ranks(process_group or dist.group.WORLD))

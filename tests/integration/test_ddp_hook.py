@@ -150,19 +150,19 @@ def test_relayout_moves_each_parameters_residual_to_its_new_bucket():
     """Without a process group: a bucket (0, 1, 2) with a known residual, then DDP's rebuilt buckets (2,) and
     (0, 1): every parameter's residual entries move, and the old bucket is dropped."""
     from ssgd.ddp import SparseHook
-    from ssgd.loop.sync import Scheme
+    from ssgd.scheme_config import build_scheme
     from ssgd.tools.schemes import load_config
 
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 2, 4)]
     config = load_config("topk")
-    hook = SparseHook(Scheme.from_config(config, 0), 0.5, params, 0, config)
+    hook = SparseHook(build_scheme(config, 0), 0.5, params, 0, config)
     first = hook._new_bucket((0, 1, 2), torch.device("cpu"))
-    first.sync.memory.load_state_dict({"e": torch.arange(9, dtype=torch.float32)})
+    first.compression.memory.load_state_dict({"e": torch.arange(9, dtype=torch.float32)})
     last = hook._new_bucket((2,), torch.device("cpu"))
-    assert torch.equal(last.sync.memory.state_dict()["e"], torch.tensor([5.0, 6, 7, 8]))
+    assert torch.equal(last.compression.memory.state_dict()["e"], torch.tensor([5.0, 6, 7, 8]))
     assert (0, 1, 2) in hook.buckets                        # still owns parameters 0 and 1
     head = hook._new_bucket((0, 1), torch.device("cpu"))
-    assert torch.equal(head.sync.memory.state_dict()["e"], torch.tensor([0.0, 1, 2, 3, 4]))
+    assert torch.equal(head.compression.memory.state_dict()["e"], torch.tensor([0.0, 1, 2, 3, 4]))
     assert set(hook.buckets) == {(2,), (0, 1)}
 
 
@@ -171,14 +171,14 @@ def test_a_sparse_average_goes_straight_to_ddps_layout():
     lie in another order: scattering there gives the buffer that copying a model-order average part by part
     gives (every position, both orders of the index set); a gradient that is not a view of the buffer: None."""
     from ssgd.ddp import SparseHook
-    from ssgd.loop.sync import Scheme
+    from ssgd.scheme_config import build_scheme
     from ssgd.payload import Sparse
     from ssgd.tools.schemes import load_config
 
     sizes = (3, 2, 4)
     params = [torch.nn.Parameter(torch.zeros(n)) for n in sizes]
     config = load_config("topk")
-    bucket = SparseHook(Scheme.from_config(config, 0), 0.5, params, 0, config)._new_bucket((0, 1, 2), torch.device("cpu"))
+    bucket = SparseHook(build_scheme(config, 0), 0.5, params, 0, config)._new_bucket((0, 1, 2), torch.device("cpu"))
     positions = [2, 0, 1]                                     # DDP's order: the last parameter first
     buf = torch.full((9,), -1.0)
     grads = list(buf.split([sizes[p] for p in positions]))

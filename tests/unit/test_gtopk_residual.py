@@ -26,7 +26,7 @@ from ssgd.comm.executors.thread import run_threads  # noqa: E402
 from ssgd.payload import Sparse  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
-from ssgd.loop.sync import RankSync  # noqa: E402
+from ssgd.loop.sync import RankCompression  # noqa: E402
 
 F32 = np.float32
 NET = AlphaBeta(1e-3, 1e-8)
@@ -167,7 +167,7 @@ def test_conservation_under_both_rules(rule, P):
     scheme = build.scheme(make_cfg("compressor=gtopk", f"compressor.collective.residual={rule}"), seed=0)
     assert scheme.collective.residual == rule
     d = 300
-    syncs = [RankSync(scheme, r, d) for r in range(P)]
+    syncs = [RankCompression(scheme, r, d) for r in range(P)]
     gen = torch.Generator().manual_seed(P)
     lost = 0.0
     for step in range(8):

@@ -88,9 +88,10 @@ FLOORS = {
     "comm.collectives": 3, "comm.executors": 3, "models": 3,
     "worlds": 4,
     "loop": 5,
-    "run": 6, "ddp": 6,
-    "tools": 7,
-    "__main__": 8, "report": 8,
+    "scheme_config": 6,
+    "run": 7, "ddp": 7,
+    "tools": 8,
+    "__main__": 9, "report": 9,
 }
 SRC = ROOT / "src" / "ssgd"
 
@@ -153,7 +154,9 @@ def test_no_room_imports_its_own_floor_or_above():
                                           ("perf", "import ssgd"), ("data", "from ssgd.comm import wire"),
                                           ("native", "from ssgd.comm.collectives import gtopk"), ("comm", "from ssgd.comm.executors import thread"),
                                           ("comm.collectives", "from ssgd.comm.executors.thread import run_threads"),
-                                          ("comm.executors", "from ssgd.comm.collectives.dense import DenseAllreduce"), ("run", "from ssgd.ddp import register")])
+                                          ("comm.executors", "from ssgd.comm.collectives.dense import DenseAllreduce"), ("run", "from ssgd.ddp import register"),
+                                          ("loop", "from ssgd.scheme_config import build_scheme"),
+                                          ("scheme_config", "from ssgd.run import build")])
 def test_the_floor_check_flags_an_upward_or_sideways_arrow(room, source):
     assert upward_arrows(room, imported_modules(source, "ssgd." + room)), source
 
@@ -161,7 +164,26 @@ def test_the_floor_check_flags_an_upward_or_sideways_arrow(room, source):
 @pytest.mark.parametrize("room, source", [("loop", "from ssgd.worlds.base import World"), ("run", "from ssgd.loop import trainer"),
                                           ("comm.collectives", "from ssgd import native\nfrom ssgd.perf import cost\nfrom ssgd.comm.ops import Send"),
                                           ("compress", "from ssgd import native"),
-                                          ("ddp", "from ssgd.loop.sync import RankSync"), ("tools", "from ssgd.run import build"),
+                                          ("ddp", "from ssgd.loop.sync import RankCompression"), ("tools", "from ssgd.run import build"),
+                                          ("ddp", "from ssgd.scheme_config import build_scheme"),
+                                          ("run", "from ssgd.scheme_config import build_scheme"),
+                                          ("scheme_config", "from ssgd.loop.sync import Scheme"),
                                           ("config", "from ssgd.errors import ConfigError")])
 def test_the_floor_check_allows_arrows_down(room, source):
     assert upward_arrows(room, imported_modules(source, "ssgd." + room)) == [], source
+
+
+# The algorithm reads no configuration: a scheme's config node becomes objects in `ssgd.scheme_config`.
+CONFIG_FREE = ("loop", "comm", "comm.collectives", "comm.executors", "compress")
+
+
+def test_the_algorithm_rooms_import_no_hydra_or_omegaconf():
+    bad = {}
+    for path in sorted(SRC.rglob("*.py")):
+        name, package = module_name(path)
+        if room_of(name) in CONFIG_FREE:
+            found = sorted(m for m in imported_modules(path.read_text(), package)
+                           if m.split(".")[0] in ("hydra", "omegaconf"))
+            if found:
+                bad[str(path.relative_to(ROOT))] = found
+    assert bad == {}, f"the algorithm parses config nodes: {bad} (ssgd.scheme_config turns them into objects)"

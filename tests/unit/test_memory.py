@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from conftest import CONF, group_options, make_cfg
 from ssgd.run import build
 from ssgd.comm.executors.thread import run_threads
-from ssgd.loop.sync import RankSync
+from ssgd.loop.sync import RankCompression
 
 SCHEMES = group_options("compressor")
 
@@ -54,7 +54,7 @@ def conservation_round(scheme, syncs, grads, density):
 def test_conservation_over_several_steps(name, P):
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
     d = 257
-    syncs = [RankSync(scheme, r, d) for r in range(P)]
+    syncs = [RankCompression(scheme, r, d) for r in range(P)]
     gen = torch.Generator().manual_seed(P)
     for step in range(4):
         grads = [torch.randn(d, generator=gen) * (r + 1) for r in range(P)]
@@ -70,7 +70,7 @@ def test_the_derived_scheme_lists():
 def test_sparse_schemes_keep_a_residual(name):
     """A scheme that sends less than everything must keep the rest (guards against e = 0)."""
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
-    syncs = [RankSync(scheme, r, 1000) for r in range(2)]
+    syncs = [RankCompression(scheme, r, 1000) for r in range(2)]
     conservation_round(scheme, syncs, [torch.randn(1000), torch.randn(1000)], 0.01)
     assert all(float(s.memory.e.abs().sum()) > 0 for s in syncs)
 
@@ -90,7 +90,7 @@ ADVERSARIAL = {
 @pytest.mark.parametrize("d", [1, 5, 64])
 def test_conservation_adversarial(name, case, d):
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
-    syncs = [RankSync(scheme, r, d) for r in range(3)]
+    syncs = [RankCompression(scheme, r, d) for r in range(3)]
     for density in (0.001, 0.5, 1.0):
         conservation_round(scheme, syncs, [ADVERSARIAL[case](d)] * 3, density)
 
@@ -100,7 +100,7 @@ def test_conservation_adversarial(name, case, d):
        density=st.floats(1e-3, 1.0), seed=st.integers(0, 2**31 - 1), scale=st.floats(1e-20, 1e20))
 def test_conservation_random(name, P, d, density, seed, scale):
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
-    syncs = [RankSync(scheme, r, d) for r in range(P)]
+    syncs = [RankCompression(scheme, r, d) for r in range(P)]
     gen = torch.Generator().manual_seed(seed)
     for _ in range(2):
         conservation_round(scheme, syncs, [torch.randn(d, generator=gen) * scale for _ in range(P)], density)
@@ -110,7 +110,7 @@ def test_conservation_random(name, P, d, density, seed, scale):
 def test_allgather_schemes_send_their_whole_payload(name):
     """With AllGather aggregation the aggregate is exactly the sum of what every rank sent."""
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
-    syncs = [RankSync(scheme, r, 500) for r in range(4)]
+    syncs = [RankCompression(scheme, r, 500) for r in range(4)]
     grads = [torch.randn(500) for _ in range(4)]
     total_sent, results = conservation_round(scheme, syncs, grads, 0.02)
     assert torch.allclose(results[0].total.to_dense().double(), total_sent, rtol=1e-6, atol=1e-6)

@@ -25,7 +25,7 @@ from ssgd.compress.memory import ResidualMemory
 from ssgd.compress.sparse import k_of, select_topk
 from ssgd.payload import Dense, Sparse, sum_sparse
 from ssgd.perf import cost
-from ssgd.loop.sync import DensitySchedule, RankSync, Scheme, counts_of
+from ssgd.loop.sync import DensitySchedule, RankCompression, Scheme, counts_of
 from ssgd.worlds.base import ThreadWorld
 
 
@@ -214,7 +214,7 @@ def test_a_new_payload_kind_goes_through_memory_sync_executor_and_capture(tmp_pa
     scheme = Scheme(name="half", make_compressor=lambda r: HalfTopK(),
                     make_memory=lambda d, device="cpu": ResidualMemory(d, device), collective=RootSupportSum(),
                     density=DensitySchedule(density))
-    syncs = [RankSync(scheme, r, d) for r in range(P)]
+    syncs = [RankCompression(scheme, r, d) for r in range(P)]
     gen = torch.Generator().manual_seed(0)
     world = ThreadWorld(P, threads=1)
     capture = Capture(CaptureConfig(stats=True, u_steps=(1,)), tmp_path, seed=0, is_root=True, scheme="half")

@@ -130,7 +130,7 @@ def plain_gtopk_loop(P: int, steps: int, seed: int, batch: int, rule: str, *over
 
 @pytest.mark.parametrize("model,rule", [("fnn3", "released"), ("fnn3", "strict"), ("cnn", "released")])
 def test_gtopk_trainer_equals_a_plain_gtopk_loop(model, rule, tmp_path):
-    """The trainer's whole gTop-k path (RankSync, the tree, support, the residual update, the sparse decode
+    """The trainer's whole gTop-k path (RankCompression, the tree, support, the residual update, the sparse decode
     into .grad, momentum) against `plain_gtopk_loop`, P = 4, 4 steps; and the check can fail: the
     plain loop with the other rule (or dense) ends elsewhere."""
     torch.set_num_threads(1)
@@ -142,3 +142,49 @@ def test_gtopk_trainer_equals_a_plain_gtopk_loop(model, rule, tmp_path):
     other = plain_gtopk_loop(4, 4, 3, 16, "strict" if rule == "released" else "released", *args)
     dense = plain_loop(4, 4, seed=3, lr=0.1, momentum=0.9, wd=1e-4, batch=16) if model == "fnn3" else other
     assert not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(expected, dense))
+
+
+@pytest.mark.parametrize("compressor", ["topk", "gtopk"])
+def test_a_step_asks_for_its_collective_once(compressor, tmp_path, monkeypatch):
+    """One sync step chooses its collective once (`Scheme.collective_for`); the metrics model that one."""
+    from ssgd.loop.sync import Scheme
+
+    calls = []
+    ask = Scheme.collective_for
+
+    def counted(self, d, density):
+        calls.append((d, density))
+        return ask(self, d, density)
+
+    monkeypatch.setattr(Scheme, "collective_for", counted)
+    cfg = make_cfg(f"compressor={compressor}", "cluster.world_size=3", "trainer.max_steps=2", "trainer.batch_size=8")
+    trainer, writer, world = build.trainer(cfg, tmp_path)
+    try:
+        trainer.loader.set_epoch(0)
+        for it in range(2):
+            trainer.step(it, 0.01)
+    finally:
+        world.close()
+        writer.close()
+    assert calls == [(trainer.d, 0.01)] * 2
+
+
+def test_running_sums_round_trip_through_a_checkpoint_dict():
+    """The sums a checkpoint's `run` dict carries continue exactly; a dict without them starts at 0 steps."""
+    from ssgd.loop.sums import RunningSums
+
+    sums = RunningSums()
+    for loss in (0.5, 0.25, 0.125):
+        sums.add({"train/loss": loss, "time/step_s": 2 * loss})
+    assert sums.take_interval() == {"train/loss": 0.875 / 3, "time/step_s": 1.75 / 3} and sums.n_interval == 0
+    sums.add({"train/loss": 1.0, "time/step_s": 1.0})
+    sums.val = {"val/acc": 0.5}
+    again = RunningSums()
+    again.load_state_dict(sums.state_dict())
+    assert again.state_dict() == sums.state_dict() == {
+        "totals": {"train/loss": 1.875, "time/step_s": 2.75}, "summed": 4, "interval": {"train/loss": 1.0, "time/step_s": 1.0},
+        "n_interval": 1, "val": {"val/acc": 0.5}}
+    assert again.means() == {"time/step_s": 2.75 / 4}
+    empty = RunningSums()
+    empty.load_state_dict({})
+    assert empty.summed == 0 and empty.means() == {}

@@ -24,7 +24,7 @@ from ssgd.comm.collectives.gtopk import GTopKAllreduce  # noqa: E402
 from ssgd.comm.executors.thread import run_threads  # noqa: E402
 from ssgd.comm.wire import WireFormat  # noqa: E402
 from ssgd.errors import BadArgument, ConfigError  # noqa: E402
-from ssgd.loop.sync import RankSync  # noqa: E402
+from ssgd.loop.sync import RankCompression  # noqa: E402
 from ssgd.payload import Dense, Sparse  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
@@ -147,7 +147,7 @@ def test_conservation_in_float32_for_every_scheme(name, values, P):
     scheme = build.scheme(make_cfg(f"compressor={name}", f"compressor.wire.values={values}"), seed=0)
     assert scheme.collective.wire.values == values
     d = 301
-    syncs = [RankSync(scheme, r, d) for r in range(P)]
+    syncs = [RankCompression(scheme, r, d) for r in range(P)]
     gen = torch.Generator().manual_seed(P)
     for step in range(3):
         grads = [torch.randn(d, generator=gen) * 10.0 ** (r - 1) for r in range(P)]
@@ -291,7 +291,7 @@ def test_bad_wire_settings_are_one_line_naming_the_key(override, line):
 
 
 def test_a_collective_without_16bit_values_is_refused(tmp_path):
-    from ssgd.loop.sync import wire_of
+    from ssgd.scheme_config import wire_of
     from omegaconf import OmegaConf
 
     node = OmegaConf.create({"collective": {"_target_": "ssgd.comm.base.Collective"}, "wire": {"values": "fp16"}})
@@ -301,11 +301,11 @@ def test_a_collective_without_16bit_values_is_refused(tmp_path):
 
 def test_files_without_wire_keys_default_to_fp32_and_no_rule():
     from ssgd.config import compressor_config
-    from ssgd.loop.sync import Scheme
+    from ssgd.scheme_config import build_scheme
 
-    scheme = Scheme.from_config(compressor_config("topk"), seed=0)
+    scheme = build_scheme(compressor_config("topk"), seed=0)
     assert scheme.wire.values == "fp32" and scheme.min_compression == 0.0
-    assert Scheme.from_config(compressor_config("dense16"), seed=0).collective.wire.values == "bf16"
+    assert build_scheme(compressor_config("dense16"), seed=0).collective.wire.values == "bf16"
 
 
 # --- the minimum-compression rule -----------------------------------------------------------------------
@@ -322,7 +322,7 @@ def test_min_compression_decides_by_bytes(values, density, rule, dense):
     d = 1000
     want = scheme.wire.value_bytes * d < rule * scheme.wire.entry_bytes * max(int(d * density), 1)
     assert scheme.goes_dense(d, density) == want == dense
-    sync = RankSync(scheme, 0, d)
+    sync = RankCompression(scheme, 0, d)
     u = torch.randn(d)
     _, payload = sync.compress(u.clone(), density)
     assert isinstance(payload, Dense) == want

@@ -62,7 +62,7 @@ class Collective(ABC):
 
     def encode(self, payload: Payload) -> Payload:
         """The payload this collective sends for `payload`: its values rounded to the wire format
-        (`WireFormat.encode`; fp32: `payload` itself). `ssgd.loop.sync.RankSync.compress` calls it, so
+        (`WireFormat.encode`; fp32: `payload` itself). `ssgd.loop.sync.RankCompression.compress` calls it, so
         that the residual keeps what the wire rounded away."""
         return self.wire.encode(payload)
 

@@ -2,11 +2,12 @@
 wandb id) plus every rank's own state (residual, compressor RNG, dropout RNG, batch-norm buffers), so that a
 resumed run continues bitwise as if it had never stopped, and reports the same summary.
 
-A checkpoint also records what identifies its run (`identity`: scheme, density, seed, P, batch size,
-dataset, optimizer class and hyper-parameters); continuing it under another identity is refused with the
-mismatch named, unless `trainer.resume_weights_only=true` asks for a new run that starts from its weights
-only, or `trainer.resume_changes=[key, ...]` allows those keys to change (each change is appended to the
-run's `resumes.jsonl`).
+A checkpoint also records what identifies its run (its run identity, under the key `identity`: scheme,
+density, seed, P, batch size, dataset, optimizer class and hyper-parameters; `ssgd.run.build.run_identity`);
+continuing it under another run identity is refused with the mismatch named, unless
+`trainer.resume_weights_only=true` asks for a new run that starts from its weights only, or
+`trainer.resume_changes=[key, ...]` allows those keys to change (each change is appended to the run's
+`resumes.jsonl`).
 
 Checkpoints are read with `torch.load(..., weights_only=True)`: tensors, numbers, strings and containers
 only, so a file whose pickle names code is refused instead of running it. A file missing what a resume
@@ -144,35 +145,36 @@ def load_checkpoint(path: Path, local_ranks: list[int]) -> tuple[dict, dict[int,
     return shared, {r: ranks[r] for r in local_ranks if r in ranks}
 
 
-def _show(identity: dict[str, Any], keys: list[str]) -> str:
-    return ", ".join(f"{k}={identity.get(k, '(unset)')}" for k in keys)
+def _show(run_identity: dict[str, Any], keys: list[str]) -> str:
+    return ", ".join(f"{k}={run_identity.get(k, '(unset)')}" for k in keys)
 
 
-def check_fits(shared: dict, path: Path, identity: dict[str, Any], d: int, weights_only: bool,
+def check_fits(shared: dict, path: Path, run_identity: dict[str, Any], d: int, weights_only: bool,
                changes: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """ConfigError unless the checkpoint `shared` (read from `path`) can continue a run with `identity` and
-    `d` parameters. Every key of the identity that differs is named; with `weights_only` only the model
-    (its number of parameters) must match. Keys named in `changes` (`trainer.resume_changes`) may differ:
-    returns those changes as records {step, key, old, new} (for `record_changes`)."""
+    """ConfigError unless the checkpoint `shared` (read from `path`) can continue a run with `run_identity`
+    and `d` parameters. Every key of the run identity that differs is named; a key the checkpoint does not
+    record is not compared. With `weights_only` only the model (its number of parameters) must match. Keys
+    named in `changes` (`trainer.resume_changes`) may differ: returns those changes as records {step, key,
+    old, new} (for `record_changes`)."""
     if shared["d"] != d:
         raise ConfigError(f"trainer.resume={str(path)!r}: written for a model with {shared['d']} parameters; this "
                           f"run's model has {d} (another model or dataset)")
     if weights_only:
         return []
-    unknown = [k for k in changes if k not in identity]
+    unknown = [k for k in changes if k not in run_identity]
     if unknown:
         raise ConfigError(f"trainer.resume_changes={list(changes)}: {unknown[0]!r} is not a key of a run's identity; "
-                          f"allowed: {', '.join(sorted(identity))}")
+                          f"allowed: {', '.join(sorted(run_identity))}")
     saved = {"cluster.world_size": shared["P"], **shared.get("identity", {})}
-    keys = [*identity, *(k for k in saved if k.startswith("optimizer.") and k not in identity)]
-    differ = [k for k in keys if k in saved and saved[k] != identity.get(k)]   # older checkpoints lack some keys
+    keys = [*run_identity, *(k for k in saved if k.startswith("optimizer.") and k not in run_identity)]
+    differ = [k for k in keys if k in saved and saved[k] != run_identity.get(k)]
     refused = [k for k in differ if k not in changes]
     if refused:
         hint = ("trainer.resume_changes=[" + ",".join(refused) + "] allows the change, "
                 "trainer.resume_weights_only=true starts a new run from its weights only")
         raise ConfigError(f"trainer.resume={str(path)!r}: written by a run with {_show(saved, refused)}; this run "
-                          f"has {_show(identity, refused)} ({hint})")
-    return [{"step": shared["step"], "key": k, "old": saved.get(k), "new": identity.get(k)} for k in differ]
+                          f"has {_show(run_identity, refused)} ({hint})")
+    return [{"step": shared["step"], "key": k, "old": saved.get(k), "new": run_identity.get(k)} for k in differ]
 
 
 def record_changes(run_dir: Path, changes: list[dict[str, Any]]) -> None:

@@ -1,39 +1,40 @@
-"""A communication scheme and each rank's side of it: compensate -> compress -> collective -> residual.
+"""One S-SGD sync step: compensate -> compress -> collective -> decode -> settle.
 
-A scheme (one `conf/compressor/*.yaml`) is a complete, valid triple: a local compressor, the
-collective that aggregates its payloads, and the error-feedback memory, plus the density and its
-per-epoch warm-up. The residual is updated AFTER the collective, because with gTop-k it depends on
-which local entries reached the global set.
+A scheme (`Scheme`, built from one `conf/compressor/*.yaml` by `ssgd.scheme_config`) is a complete,
+valid triple: a local compressor, the collective that aggregates its payloads, and the error-feedback
+memory, plus the density and its per-epoch warm-up. `RankCompression` is one rank's side of it (its
+compressor and memory): u = g + e and its payload before the collective, the residual after it. The
+residual is updated AFTER the collective, because with gTop-k it depends on which local entries reached
+the global set. `SyncStep` runs the whole step for every local rank of a world in one call.
 
-Two scheme-wide settings sit beside the triple (docs/compressors.md#wire-formats):
-`compressor.wire.values` (fp32 | fp16 | bf16), the format the collective sends values in, and
-`compressor.min_compression`, a minimum-compression rule like the `min_compression_rate` of PowerSGD
-(Vogels, Karimireddy, Jaggi, NeurIPS 2019; torch.distributed's PowerSGD hook): when the sparse payload
-of a d-vector at this density would save less than that factor over sending it dense (value bytes x d
-against entry bytes x k), the vector goes dense, through a dense allreduce in the same wire format.
-0 (the default) never does, which keeps the papers' semantics.
+Two scheme-wide settings sit beside the triple (docs/compressors.md#wire-formats): the wire format the
+collective sends values in (fp32 | fp16 | bf16), and a minimum-compression rule like the
+`min_compression_rate` of PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019; torch.distributed's
+PowerSGD hook): when the sparse payload of a d-vector at this density would save less than that factor
+over sending it dense (value bytes x d against entry bytes x k), the vector goes dense, through a dense
+allreduce in the same wire format. 0 (the default) never does, which keeps the papers' semantics.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 import torch
-from hydra.utils import instantiate
-from torch import Tensor
-
-from omegaconf import OmegaConf
+from torch import Tensor, nn
 
 from ssgd.comm.base import Collective, Reduced
-from ssgd.comm.collectives.dense import DenseAllreduce
+from ssgd.comm.ops import RankLog
 from ssgd.comm.wire import FP32, WireFormat
 from ssgd.compress.base import Compressor
 from ssgd.compress.sparse import k_of
-from ssgd.config import WIRE_VALUES, built, check_density, locate, parameters_of
-from ssgd.errors import ConfigError
+from ssgd.config import check_density
+from ssgd.loop.decode import ParamGrads
 from ssgd.payload import Dense, Payload
-from ssgd.utils.seeding import rank_generator
+from ssgd.worlds.base import World
+
+T = TypeVar("T")
 
 
 class Memory(Protocol):
@@ -109,53 +110,10 @@ class Scheme:
             return self.dense
         return self.collective
 
-    @classmethod
-    def from_config(cls, c: Any, seed: int) -> "Scheme":
-        """The scheme of a `compressor:` node (conf/compressor/<name>.yaml); rank r's compressor draws from
-        the (seed, r, "compressor") stream. A bad value is a one-line ConfigError naming its key."""
-        make_compress = built("compressor.compress", lambda: instantiate(c.compress), c.compress)
-        make_memory = built("compressor.memory", lambda: instantiate(c.memory), c.memory)
-        wire, min_compression = wire_of(c)
-        extra = {"values": wire.values} if wire.lossy else {}
-        collective = built("compressor.collective", lambda: instantiate(c.collective, **extra), c.collective)
-        density = built("compressor", lambda: DensitySchedule(c.density, tuple(c.density_warmup or ())), c)
-        dense = None if isinstance(collective, DenseAllreduce) else DenseAllreduce(wire.values)
 
-        def make_compressor(rank: int) -> Compressor:
-            return make_compress(generator=rank_generator(seed, rank, "compressor"))
-
-        built("compressor.compress", lambda: make_compressor(0), c.compress)     # the constructor's own checks
-        return cls(name=c.name, make_compressor=make_compressor,
-                   make_memory=lambda d, device="cpu": make_memory(d=d, device=device),
-                   collective=collective, density=density, wire=wire, min_compression=min_compression,
-                   dense=dense)
-
-
-def wire_of(c: Any) -> tuple[WireFormat, float]:
-    """(wire format, min_compression) of a `compressor:` node; a file without `wire` or
-    `min_compression` (e.g. loaded without the schema, as `ssgd.ddp` does) gets fp32 and 0. ConfigError
-    naming the key for a value outside the allowed ones, for `compressor.collective.values` (the key is
-    `compressor.wire.values`), or for 16-bit values with a collective that takes no `values`."""
-    values = str(OmegaConf.select(c, "wire.values", default="fp32"))
-    if values not in WIRE_VALUES:
-        raise ConfigError(f"compressor.wire.values={values!r}: allowed: {', '.join(WIRE_VALUES)}")
-    rule = OmegaConf.select(c, "min_compression", default=0.0)
-    if isinstance(rule, bool) or not isinstance(rule, (int, float)) or not 0 <= rule < float("inf"):
-        raise ConfigError(f"compressor.min_compression={rule!r}: must be a finite number >= 0 (0: off)")
-    if OmegaConf.select(c, "collective.values") is not None:
-        raise ConfigError("compressor.collective.values: set compressor.wire.values instead (one key for the "
-                          "scheme's wire format)")
-    if values != "fp32":
-        target = str(c.collective._target_)
-        if "values" not in parameters_of(locate(target, "compressor.collective"))[0]:
-            raise ConfigError(f"compressor.wire.values={values}: {target} has no 16-bit wire format (it takes "
-                              "no `values`); allowed with it: fp32")
-    return WireFormat(values), float(rule)
-
-
-class RankSync:
+class RankCompression:
     """One rank's compressor and error-feedback memory: `compress` (compensate, then compress) before the
-    collective, `settle` after it. Used alike by the trainer's replicas, the DDP hook and the tests.
+    collective, `settle` after it. Used alike by `SyncStep`, the DDP hook (`ssgd.ddp`) and the tests.
 
     `parts`: the shapes of the gradient's parts (the trainable parameters, in order), when the gradient
     comes as parts (a replica's autograd output) rather than as one flat tensor (a DDP bucket).
@@ -163,7 +121,7 @@ class RankSync:
 
     def __init__(self, scheme: Scheme, rank: int, d: int, device: torch.device | str = "cpu",
                  parts: Sequence[torch.Size] = ()) -> None:
-        self.scheme = scheme
+        self.scheme, self.d = scheme, d
         self.compressor = scheme.make_compressor(rank)
         self.memory = scheme.make_memory(d, device)
         self.u: Tensor | None = None
@@ -173,10 +131,12 @@ class RankSync:
             sizes = [s.numel() for s in parts]
             self.views = [v.view(s) for v, s in zip(self.u.split(sizes), parts)]
 
-    def compress(self, grad: Tensor | Sequence[Tensor | None], density: float) -> tuple[Tensor, Payload]:
-        """u = g + e, and its payload, as the scheme's collective for (d, density) sends it
-        (`Scheme.collective_for`): the compressor's payload, or `Dense(u)` when the vector goes dense
-        under the minimum-compression rule, encoded in the wire format (`Collective.encode`).
+    def compress(self, grad: Tensor | Sequence[Tensor | None], density: float,
+                 collective: Collective | None = None) -> tuple[Tensor, Payload]:
+        """u = g + e, and its payload as `collective` sends it: `Dense(u)` for the scheme's dense collective
+        (a vector that goes dense under the minimum-compression rule), else the compressor's payload,
+        encoded in the wire format (`Collective.encode`). `collective`: the step's
+        `Scheme.collective_for(d, density)`, which the caller asks once per step (None: asked here).
 
         `grad`: the flat float32 [d] gradient (it may be overwritten: it may become u), or its parts in
         the order of `parts` (None: a part with no gradient, zero). u aliases the memory's buffer (or
@@ -185,18 +145,113 @@ class RankSync:
             u = self.memory.compensate(grad)
         else:
             if self.u is None or len(grad) != len(self.views):
-                raise ValueError(f"{len(grad)} gradient parts for a RankSync made with {len(self.views)} parts")
+                raise ValueError(f"{len(grad)} gradient parts for a RankCompression made with {len(self.views)} parts")
             for view, part in zip(self.views, grad):
                 self.memory.write(view, part)
             u = self.u
-        collective = self.scheme.collective_for(u.numel(), density)
-        if collective is self.scheme.collective:
-            return u, collective.encode(self.compressor.compress(u, density))
-        return u, collective.encode(Dense(u))
+        if collective is None:
+            collective = self.scheme.collective_for(u.numel(), density)
+        if collective is self.scheme.dense:
+            return u, collective.encode(Dense(u))
+        return u, collective.encode(self.compressor.compress(u, density))
 
     def settle(self, payload: Payload, reduced: Reduced) -> None:
         """After the collective: e = u - (part of payload that counted as sent)."""
         self.memory.update(reduced.sent(payload))
+
+    def state_dict(self) -> dict:
+        """The residual's and the compressor's state (its random stream), as a checkpoint keeps them."""
+        return {"memory": self.memory.state_dict(), "compressor": self.compressor.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.memory.load_state_dict(state["memory"])
+        self.compressor.load_state_dict(state["compressor"])
+
+
+Backward = Callable[[int], tuple[Sequence[Tensor | None], T]]
+"""rank -> that rank's gradient parts (in the order of the parameters) and whatever else it reports."""
+Observer = Callable[[list[Tensor], list[Payload], list[Reduced], Tensor], None]
+"""(each local rank's u, its payload, its result, the averaged gradient), between decode and settle."""
+
+
+@dataclass(frozen=True)
+class Synced(Generic[T]):
+    """What one `SyncStep` call did; lists are in local-rank order."""
+
+    local: list[T]              # what each rank's backward reported besides its gradient
+    payloads: list[Payload]     # what each rank sent (`Payload.count` entries)
+    logs: list[RankLog]         # each rank's messages, bytes, staging and own seconds in the collective
+    collective: Collective      # the step's collective (`Scheme.collective_for`, asked once)
+    compress_s: list[float]     # each rank's compensate + compress, plus its residual update after the collective
+    compute_phase_s: float      # wall seconds of every local rank's backward and compression (`World.map`)
+    comm_s: float               # wall seconds of the collective
+    decode_settle_s: float      # wall seconds of the decode and the residual updates (the observer's excluded)
+
+
+@dataclass(frozen=True)
+class _Compressed(Generic[T]):
+    out: T
+    u: Tensor                   # g + e (aliases a buffer: valid until settle)
+    payload: Payload
+    compress_s: float
+
+
+class SyncStep:
+    """compensate -> compress -> collective -> decode -> settle for every local rank of `world`, in one call.
+
+    Holds each local rank's `RankCompression` (`ranks`) and the parameters' .grad as views of one decoded
+    buffer (`grads`, `ssgd.loop.decode.ParamGrads`). A call asks `Scheme.collective_for` once, runs every
+    local rank's backward and compression in the world's compute phase (`World.map`), the collective once
+    (`World.collective`), decodes the first local rank's result into the .grad (every rank's result has
+    the same total), calls the observer, then updates each rank's residual in rank order: the S-SGD step
+    with error feedback, for any scheme (its gTop-k instance: Shi et al., "A Distributed Synchronous SGD
+    Algorithm with Global Top-k Sparsification for Low Bandwidth Networks", ICDCS 2019, arXiv:1901.04359,
+    Algorithm 3)."""
+
+    def __init__(self, scheme: Scheme, world: World, params: Sequence[nn.Parameter]) -> None:
+        self.scheme, self.world = scheme, world
+        self.d = sum(p.numel() for p in params)
+        device = params[0].device
+        self.ranks = {r: RankCompression(scheme, r, self.d, device, [p.shape for p in params])
+                      for r in world.local_ranks}
+        self.grads = ParamGrads(list(params))
+
+    def __call__(self, density: float, backward: Backward[T], observe: Observer | None = None) -> Synced[T]:
+        """One step at `density`: `backward(rank)` gives each local rank's gradient parts."""
+        collective = self.scheme.collective_for(self.d, density)
+        t0 = time.perf_counter()
+        local = self.world.map(lambda r: self._compress(r, backward, collective, density))
+        t1 = time.perf_counter()
+        payloads = [c.payload for c in local]
+        results, logs = self.world.collective(collective, payloads)
+        t2 = time.perf_counter()
+        aggregated = self.grads.set(results[0])        # the .grad are views of it
+        observe_s = 0.0
+        if observe is not None:
+            start = time.perf_counter()
+            observe([c.u for c in local], payloads, results, aggregated)
+            observe_s = time.perf_counter() - start
+        settle_s = [self._settle(r, p, res) for r, p, res in zip(self.world.local_ranks, payloads, results)]
+        t3 = time.perf_counter()
+        return Synced([c.out for c in local], payloads, logs, collective,
+                      [c.compress_s + s for c, s in zip(local, settle_s)], t1 - t0, t2 - t1, t3 - t2 - observe_s)
+
+    def _compress(self, rank: int, backward: Backward[T], collective: Collective, density: float) -> _Compressed[T]:
+        grads, out = backward(rank)
+        start = time.perf_counter()
+        u, payload = self.ranks[rank].compress(grads, density, collective)
+        if u.is_cuda:
+            torch.cuda.synchronize(u.device)              # so that compress_s covers the selection
+        return _Compressed(out, u, payload, time.perf_counter() - start)
+
+    def _settle(self, rank: int, payload: Payload, reduced: Reduced) -> float:
+        start = time.perf_counter()
+        self.ranks[rank].settle(payload, reduced)
+        return time.perf_counter() - start
+
+    def residual_norm(self) -> float:
+        """||e|| of this process's first local rank (rank 0's in the process that writes outputs)."""
+        return self.ranks[self.world.local_ranks[0]].memory.norm()
 
 
 def counts_of(payloads: Sequence[Payload]) -> list[int]:

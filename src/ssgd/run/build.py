@@ -30,16 +30,18 @@ from ssgd.run import footprint
 from ssgd.loop.capture import Capture
 from ssgd.config import (Config, TrainConfig, WandbMode, built, check_all_targets, check_keys, locate, to_plain)
 from ssgd.data.base import DataSpec, TensorData
-from ssgd.data.loader import steps_per_epoch
+from ssgd.data.loader import ShardedLoader, steps_per_epoch
 from ssgd.data.probe import probe
 from ssgd.errors import AlreadyFinished, ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.loop.schedule import LRSchedule
 from ssgd.loop.stop import StopRequest
-from ssgd.loop.sync import Scheme
-from ssgd.loop.trainer import Trainer
+from ssgd.loop.replica import Replicas
+from ssgd.loop.sync import Scheme, SyncStep
+from ssgd.loop.trainer import RunOutput, Trainer, TrainerParts
 from ssgd.run.startup import typed
+from ssgd.scheme_config import build_scheme
 from ssgd.utils import wandb_run
 from ssgd.utils.metrics import MetricWriter, wandb_credentials
 from ssgd.worlds.base import ThreadWorld, World
@@ -94,7 +96,8 @@ def network(cfg: DictConfig) -> AlphaBeta:
 
 
 def scheme(cfg: DictConfig, seed: int) -> Scheme:
-    return Scheme.from_config(cfg.compressor, seed)
+    """The scheme of `cfg.compressor` (`ssgd.scheme_config.build_scheme`)."""
+    return build_scheme(cfg.compressor, seed)
 
 
 def lr_schedule(cfg: DictConfig, P: int) -> LRSchedule:
@@ -218,7 +221,7 @@ def parameter_count(cfg: DictConfig, data_spec: DataSpec) -> int | None:
 
 
 # -- the run's objects -----------------------------------------------------------------------------
-def identity(c: Config, data: TensorData, optimizer: DictConfig | None = None) -> dict:
+def run_identity(c: Config, data: TensorData, optimizer: DictConfig | None = None) -> dict:
     """What a checkpoint must share with the run that continues it (`ssgd.loop.checkpoint.check_fits`):
     the scheme, its wire format (`compressor.wire.values`: the values the residual keeps follow its rounding),
     seed, P, batch size, dataset, and the optimizer's class and hyper-parameters."""
@@ -279,6 +282,16 @@ def metric_writer(s: RunSpec, run_dir: Path, world: World, resume: checkpoint.Re
                         wandb_id=run_id, wandb_init=init)
 
 
+def parts(s: RunSpec, world: World, mdl: torch.nn.Module, data: TensorData) -> TrainerParts:
+    """The trainer's parts on `world`: the per-rank batches first (a global batch larger than the data fails
+    there, before P ranks' state is allocated), then the replicas, the sync step and the optimizer."""
+    c = s.config
+    loader = ShardedLoader(data.x_train, data.y_train, world.size, c.trainer.batch_size, c.seed)
+    replicas = Replicas(mdl, world, c.seed)
+    sync = SyncStep(s.scheme, world, replicas.params)
+    return TrainerParts(world, data, loader, replicas, sync, s.make_optimizer(replicas.params), s.schedule, s.network)
+
+
 def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None,
             stop: StopRequest | None = None) -> tuple[Trainer, MetricWriter, World]:
     """Build everything a run needs (checking `cfg` first unless it is already a `RunSpec`); `world`
@@ -290,7 +303,7 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
     mdl = model(s.cfg, data, c.seed)
     labels = {"compressor": c.compressor.name, "cluster": c.cluster.name, "model": s.cfg.model._target_,
               "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
-    ident = identity(c, data, s.cfg.optimizer)
+    ident = run_identity(c, data, s.cfg.optimizer)
     d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
     built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
     spe = steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
@@ -307,8 +320,8 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
         raise
     try:
         capture = Capture(c.capture, run_dir, c.seed, world.is_root, s.scheme.name) if c.capture.enabled else None
-        tr = Trainer(c.trainer, world, mdl, data, s.scheme, s.make_optimizer, s.schedule, s.network, writer, c.seed,
-                     run_dir, labels, capture, identity=ident, resume=resume, stop=stop)
+        out = RunOutput(writer, Path(run_dir), labels, ident, capture)
+        tr = Trainer(c.trainer, parts(s, world, mdl, data), out, resume=resume, stop=stop)
     except BaseException:
         if own:
             world.close()

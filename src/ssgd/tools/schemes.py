@@ -4,7 +4,7 @@ A scheme is read from its YAML, never listed here, so a new compressor config sh
 scaling figures and the model validation without editing `ssgd.perf`:
 
   * collective: `hydra.utils.instantiate` of the YAML's ``collective`` node, in the YAML's wire format
-    (``wire.values``, `ssgd.loop.sync.wire_of`; its `model_seconds` is the communication the trainer logs);
+    (``wire.values``, `ssgd.scheme_config.wire_of`; its `model_seconds` is the communication the trainer logs);
   * selection cost kind: the ``selection_cost`` class attribute of the YAML's ``compress._target_``
     class (`ssgd.compress.base.Compressor`), read without building the compressor;
   * entries per rank: k = max(int(d * density), 1) (`ssgd.compress.sparse.k_of`, as both released
@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from ssgd.compress.sparse import k_of
 from ssgd.config import check_density, compressor_config, compressor_names
-from ssgd.loop.sync import wire_of
+from ssgd.scheme_config import wire_of
 from ssgd.perf.iteration import SELECTION_COSTS, SchemeCost
 
 LAYERWISE = "dense_wfbp"       # label of the dense config with layer-wise overlap (not a compressor config)

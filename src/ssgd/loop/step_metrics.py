@@ -1,0 +1,59 @@
+"""The metrics of one S-SGD step over all P ranks: what each rank contributes (`RankMetrics`, gathered
+from every rank each step) and the step's record (`step_metrics`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ssgd.comm.base import Collective
+from ssgd.loop.replica import LocalStats
+from ssgd.loop.sync import Synced
+from ssgd.perf.alphabeta import AlphaBeta
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """What one rank contributes to a step's metrics (gathered from every rank each step)."""
+
+    loss: float
+    correct: float           # correct predictions in its micro-batch
+    samples: float
+    compute_s: float         # forward + backward
+    compress_s: float        # compensate + compress, plus the residual update after the collective
+    count: int               # entries of its payload (`Payload.count`)
+    messages: int            # messages and bytes it sent in the collective
+    bytes_sent: int
+    staging_s: float         # device <-> host copies of the MPI executor
+    comm_s: float            # its own seconds in the collective, from entering to leaving (waits included)
+    stop: int                # the signal number of a stop request this rank received (0: none)
+
+
+def rank_metrics(synced: Synced[LocalStats], stop: int) -> list[RankMetrics]:
+    """This process's local ranks' rows of one step (`stop`: this process's stop signal, 0: none)."""
+    return [RankMetrics(s.loss, s.correct, s.samples, s.compute_s, compress_s, p.count, log.stats.messages,
+                        log.stats.bytes, log.staging_s, synced.comm_s, stop)
+            for s, compress_s, p, log in zip(synced.local, synced.compress_s, synced.payloads, synced.logs)]
+
+
+def step_metrics(rows: list[RankMetrics], density: float, d: int, collective: Collective, net: AlphaBeta,
+                 wall: tuple[float, float, float]) -> dict[str, float]:
+    """Metrics of one step over all P ranks' `rows`; wall = (compute phase, collective, update) seconds;
+    the modelled communication is `collective`'s on the network `net`."""
+    P, counts, sent = len(rows), [m.count for m in rows], [m.bytes_sent for m in rows]
+    comm_model = collective.model_seconds(net, P, d, counts)
+    compute_s, compress_s = sum(m.compute_s for m in rows) / P, sum(m.compress_s for m in rows) / P
+    iter_model = compute_s + compress_s + comm_model + wall[2]
+    samples = sum(m.samples for m in rows)
+    return {
+        "train/loss": sum(m.loss for m in rows) / P,
+        "train/acc": sum(m.correct for m in rows) / samples,
+        "density/target": density, "density/achieved": sum(counts) / (P * d),
+        "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent),
+        "comm/messages": max(m.messages for m in rows),
+        "time/compute_s": compute_s, "time/compress_s": compress_s, "time/comm_s": wall[1],
+        "time/comm_min_s": min(m.comm_s for m in rows), "time/comm_max_s": max(m.comm_s for m in rows),
+        "time/staging_s": max(m.staging_s for m in rows), "time/update_s": wall[2], "time/step_s": sum(wall),
+        "time/comm_model_s": comm_model,
+        "time/iter_model_s": iter_model,
+        "throughput/measured": samples / max(sum(wall), 1e-12),          # samples per second
+        "throughput/model": samples / max(iter_model, 1e-12),
+    }
