@@ -211,6 +211,7 @@ print("closed")
 """
 
 
+@pytest.mark.slow
 def test_the_communication_thread_is_closed_at_exit_without_close():
     """A script that never calls close(): the hook's atexit handler stops its thread before the interpreter
     tears torch down (left running, about one exit in three aborted with "terminate called without an
