@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent          # the project's interpreter (.venv/bin)
+pytestmark = pytest.mark.slow      # every test runs bash and the interpreter as subprocesses
 
 SESSION = """
 eval "$(INSTALLER -sc install=bash)"

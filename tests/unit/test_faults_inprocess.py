@@ -98,6 +98,7 @@ def test_a_resumed_run_equals_the_uninterrupted_run(how, tmp_path):
         assert resumed[key] == pytest.approx(sum(r[key] for r in train) / len(train), rel=1e-9), key
 
 
+@pytest.mark.slow      # real wandb: its service is a subprocess
 def test_a_resumed_run_continues_its_wandb_run(tmp_path):
     with pytest.raises(Interrupted):
         fit(tmp_path, *RUN, "trainer.max_steps=4", "wandb.mode=offline", stop_at=2)
@@ -250,6 +251,7 @@ def test_wandb_online_without_a_key_is_refused_before_starting(tmp_path, monkeyp
     build.preflight(build.spec(make_cfg("wandb.mode=online")))
 
 
+@pytest.mark.slow      # real wandb: its service is a subprocess
 def test_wandb_online_without_a_network_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")       # nothing listens there

@@ -170,6 +170,7 @@ def test_wandb_mode_from_the_environment_is_honoured_or_refused():
         honour_wandb_mode([], "bogus")
 
 
+@pytest.mark.slow
 def test_wandb_mode_disabled_in_the_environment_writes_no_wandb_run(tmp_path):
     run = tmp_path / "run"
     proc = train("trainer.max_steps=1", f"hydra.run.dir={run}", WANDB_MODE="disabled")
@@ -181,6 +182,7 @@ def test_wandb_mode_disabled_in_the_environment_writes_no_wandb_run(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_a_lexer_error_carries_the_quoting_hint(tmp_path):
     proc = train(f"hydra.run.dir={tmp_path}/a;touch {tmp_path}/x")
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
@@ -188,6 +190,7 @@ def test_a_lexer_error_carries_the_quoting_hint(tmp_path):
     assert not (tmp_path / "x").exists() and not (tmp_path / "a").exists()
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path):
     run = tmp_path / "run"
     first = train("trainer.max_steps=2", "trainer.checkpoint_every_steps=2", f"hydra.run.dir={run}",
@@ -263,6 +266,7 @@ def test_a_folder_another_run_holds_is_refused_before_anything_is_written(tmp_pa
     os.close(take_run_dir(run, "auto", False).fd)
 
 
+@pytest.mark.slow
 def test_a_refused_run_writes_nothing_into_its_folder(tmp_path):
     run = tmp_path / "new" / "run"
     refused = train("compressor.density=1.5", f"hydra.run.dir={run}", WANDB_MODE="disabled")
@@ -436,6 +440,7 @@ def test_a_torch_rank_whose_port_is_taken_says_so_in_one_line():
             world.prepare(cfg)
 
 
+@pytest.mark.slow
 def test_train_with_a_master_port_in_use_exits_2_with_one_line(tmp_path):
     import socket
     with socket.socket() as held:

@@ -15,6 +15,7 @@ PERF = ROOT / "src" / "ssgd" / "perf"
 ALLOWED = ("ssgd.perf", "ssgd.errors")
 
 
+@pytest.mark.slow      # a fresh interpreter; test_no_file_in_perf_imports_above_perf is its static twin
 def test_importing_the_models_loads_no_module_above_perf():
     code = ("import json, sys; import ssgd.perf.cost, ssgd.perf.iteration, ssgd.perf.wfbp, ssgd.perf.alphabeta, "
             "ssgd.perf.profiles, ssgd.perf.paper; print(json.dumps(sorted(m for m in sys.modules if m == 'ssgd' "

@@ -1,7 +1,9 @@
 """Error feedback conserves the gradient exactly: u == sent + residual, for every scheme in conf/.
 
 `sent` is what counted as sent after the collective (for gTop-k: the local entries that reached the
-global set). Checked in float64 so that the check itself cannot round.
+global set). It is checked twice: as the package reports it (`Reduced.sent`), and as `applied` works it
+out from the specification alone, so that a collective that reports more (or less) than it applied
+fails here. Checked in float64 so that the check itself cannot round.
 """
 import pytest
 import torch
@@ -11,6 +13,7 @@ from omegaconf import OmegaConf
 
 from conftest import CONF, group_options, make_cfg
 from ssgd.run import build
+from ssgd.comm.collectives.gtopk import GTopKAllreduce
 from ssgd.comm.executors.thread import run_threads
 from ssgd.loop.sync import RankCompression
 
@@ -30,6 +33,21 @@ def dense64(payload, d):
     return payload.to_dense().double()
 
 
+def applied(collective, payload, total) -> torch.Tensor:
+    """float64 [d]: what this rank's payload put into the aggregate, from the specification only (not
+    from `Reduced.sent` or `Reduced.support`). Dense allreduce and AllGather sum every rank's whole
+    payload. gTop-k's released rule (Shi et al., ICDCS 2019, Algorithm 3; the released code's
+    `add_residuals`): the rank's entries whose index is in the global set I_g, the support of the
+    aggregated result `total`, and none other."""
+    x = payload.to_dense().double()
+    if not isinstance(collective, GTopKAllreduce):
+        return x
+    assert collective.residual == "released", "this oracle is the released rule (strict: test_gtopk_residual.py)"
+    in_global = torch.zeros(x.numel(), dtype=torch.bool)
+    in_global[total.idx] = True
+    return torch.where(in_global, x, torch.zeros_like(x))
+
+
 def conservation_round(scheme, syncs, grads, density):
     d = grads[0].numel()
     us, payloads = [], []
@@ -42,9 +60,12 @@ def conservation_round(scheme, syncs, grads, density):
     total_sent = torch.zeros(d, dtype=torch.float64)
     for sync, u, payload, res in zip(syncs, us, payloads, results):
         sent = dense64(res.sent(payload), d)
+        want = applied(scheme.collective, payload, res.total)
         sync.settle(payload, res)
         residual = sync.memory.e.double() if hasattr(sync.memory, "e") else torch.zeros(d, dtype=torch.float64)
         assert torch.equal(sent + residual, u), "error feedback lost or invented gradient"
+        assert torch.equal(sent, want), "Reduced.sent is not what the collective applied"
+        assert torch.equal(want + residual, u), "the residual does not keep what was not applied"
         total_sent += sent
     return total_sent, results
 
@@ -71,7 +92,8 @@ def test_sparse_schemes_keep_a_residual(name):
     """A scheme that sends less than everything must keep the rest (guards against e = 0)."""
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
     syncs = [RankCompression(scheme, r, 1000) for r in range(2)]
-    conservation_round(scheme, syncs, [torch.randn(1000), torch.randn(1000)], 0.01)
+    gen = torch.Generator().manual_seed(0)
+    conservation_round(scheme, syncs, [torch.randn(1000, generator=gen), torch.randn(1000, generator=gen)], 0.01)
     assert all(float(s.memory.e.abs().sum()) > 0 for s in syncs)
 
 
@@ -111,6 +133,7 @@ def test_allgather_schemes_send_their_whole_payload(name):
     """With AllGather aggregation the aggregate is exactly the sum of what every rank sent."""
     scheme = build.scheme(make_cfg(f"compressor={name}"), seed=0)
     syncs = [RankCompression(scheme, r, 500) for r in range(4)]
-    grads = [torch.randn(500) for _ in range(4)]
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(500, generator=gen) for _ in range(4)]
     total_sent, results = conservation_round(scheme, syncs, grads, 0.02)
     assert torch.allclose(results[0].total.to_dense().double(), total_sent, rtol=1e-6, atol=1e-6)

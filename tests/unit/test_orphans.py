@@ -91,6 +91,7 @@ def test_without_the_hook_the_child_is_orphaned():
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ignore_term", [False, True])
 def test_a_watched_rank_stops_within_10_s_of_its_launchers_death(ignore_term):
     took = orphan_after_kill(WATCHED.format(src=SRC, ignore_term=ignore_term), preexec=False)
@@ -101,6 +102,7 @@ def test_sighup_is_a_stop_signal_with_status_129():
     assert signal.SIGHUP in STOP_SIGNALS and exit_status(signal.SIGHUP) == 129
 
 
+@pytest.mark.slow
 def test_sighup_checkpoints_a_threads_run(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, str(ROOT / "src" / "train.py"), "trainer.epochs=1000",

@@ -128,6 +128,7 @@ def test_emit_sbatch_is_refused_outside_backend_torch(backend):
         build.spec(make_cfg(f"backend={backend}", "dist.emit=sbatch"))
 
 
+@pytest.mark.slow
 def test_from_the_command_line_stdout_is_exactly_the_saved_script(tmp_path):
     """End to end, as a user redirects it (`... dist.emit=sbatch > job.sbatch`), with no GPU visible."""
     run_dir = tmp_path / "run"

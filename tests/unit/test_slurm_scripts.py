@@ -88,6 +88,7 @@ def test_a_job_resumes_its_own_checkpoint_unless_told_otherwise(tmp_path, overri
     assert "restart 1: continuing from" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_requeued_job_is_accepted_into_its_own_run_directory(tmp_path):
     """The real src/train.py: a run directory that holds a checkpoint (the first attempt's) takes the requeued
     job's worker config (was: exit 2, "already holds a run")."""
@@ -109,6 +110,7 @@ def train(*args: str, **env: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=180, env={**clean, **env})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
 def test_a_restarted_slurm_job_resumes_without_being_told(tmp_path, multirun):
     """SLURM_RESTART_COUNT > 0 and trainer.resume unset (a submitit_slurm point, or a user's own sbatch script,

@@ -27,6 +27,7 @@ def test_an_existing_data_dir_and_the_embedded_data_pass(tmp_path):
     assert check_before_imports(make_cfg()).cluster.world_size >= 1
 
 
+@pytest.mark.slow
 def test_the_checks_import_no_torch():
     code = ("import json, sys\nfrom hydra import compose, initialize_config_dir\nfrom ssgd.run.startup import "
             "check_before_imports\nfrom ssgd.config import conf_dir\nwith initialize_config_dir(config_dir=str(conf_dir()), "

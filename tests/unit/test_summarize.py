@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ssgd.utils import summarize
 from tests.conftest import ROOT
 
@@ -42,6 +44,7 @@ def test_sweep_table_has_one_row_per_point_with_the_swept_keys(tmp_path):
     assert (tmp_path / summarize.SWEEP_FIGURE).read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_folder_without_runs(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "MPLBACKEND": "Agg"}
     proc = subprocess.run([sys.executable, "-m", "ssgd.report", str(tmp_path)], capture_output=True, text=True,

@@ -12,6 +12,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 RANK = r"""
@@ -34,6 +36,7 @@ print(json.dumps({"dynamo": "torch._dynamo" in sys.modules, "opened": opened, "c
 """
 
 
+@pytest.mark.slow
 def test_close_joins_the_gloo_threads(tmp_path):
     done = subprocess.run([sys.executable, "-c", RANK, str(tmp_path / "store")], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1",

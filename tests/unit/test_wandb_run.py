@@ -1,6 +1,7 @@
 """What a run tells wandb (ssgd.utils.wandb_run): name, group, tags, the logged config, the summaries."""
 from __future__ import annotations
 
+import pytest
 from omegaconf import OmegaConf
 
 from conftest import make_cfg
@@ -85,6 +86,7 @@ def test_final_values_do_not_overwrite_the_defined_summaries():
 
 
 
+@pytest.mark.slow      # real wandb: its service is a subprocess
 def test_an_offline_run_leaves_a_readable_config_and_summary(tmp_path, monkeypatch):
     """Real wandb, offline: after close, files/config.yaml and files/wandb-summary.json hold what was logged."""
     import json as _json
