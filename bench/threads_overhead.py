@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 import harness  # noqa: E402
-from trainer_vs_peers import threads_table  # noqa: E402
+from threads_report import threads_table  # noqa: E402
 from ssgd.run import build  # noqa: E402
 from ssgd.compress.sparse import k_of, select_topk, sum_sparse  # noqa: E402
 from ssgd.data.loader import ShardedLoader  # noqa: E402
