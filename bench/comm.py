@@ -29,8 +29,8 @@ The script is both driver and worker. The driver (never imports mpi4py's MPI) ru
 `mpiexec -n P python -m mpi4py bench/comm.py --worker ...` under a timeout, prints the tables and
 writes <--out-dir>/comm.json (`--quick`: comm_quick.json, so a quick check keeps the full run).
 
-    .venv/bin/python bench/comm.py               # P = 2, 4, 8; d = 1M, 25M; 7 rounds  (~5 min on 2 quiet cores)
-    .venv/bin/python bench/comm.py --quick       # P = 2, 4;    d = 1M;      3 rounds  (~30 s)
+    .venv/bin/python bench/comm.py               # P = 2, 4, 8; d = 1M, 25M; 7 rounds
+    .venv/bin/python bench/comm.py --quick       # P = 2, 4;    d = 1M;      3 rounds
     .venv/bin/python bench/comm.py --P 2 4 8 --sizes 1M 25M --rounds 9 --noise-threshold 0.2
 """
 from __future__ import annotations

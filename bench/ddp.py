@@ -30,14 +30,14 @@ marked "noisy". Bytes/step: what rank 0 hands to its collectives in one step: al
 loss: the mean over ranks and the last --loss-steps steps of each model's training loss. Goal (issue
 23): gTop-k asynchronous with default buckets at most 1.3x allreduce's step time.
 
-    .venv/bin/python bench/ddp.py                  # P = 2, 10 rounds (~1 min on 2 busy cores)
-    .venv/bin/python bench/ddp.py --quick          # P = 2, 3 rounds  (~30 s)
+    .venv/bin/python bench/ddp.py                  # P = 2, 10 rounds
+    .venv/bin/python bench/ddp.py --quick          # P = 2, 3 rounds
     .venv/bin/python bench/ddp.py --P 2 3 --rounds 15 --density 0.01 --bucket-cap-mb 1
 
 On the 1 GbE testbed (`make testbed-up P=2`, root; docs/testbed.md), one rank per host, the setting the
 papers are about, at a ResNet-50-sized MLP (goal there, issue 23: gTop-k at most 1/3 of allreduce's step):
 
-    .venv/bin/python bench/ddp.py --testbed --hidden 4608 --density 0.001 --rounds 5     # d = 24.9M (~4 min)
+    .venv/bin/python bench/ddp.py --testbed --hidden 4608 --density 0.001 --rounds 5     # d = 24.9M
 
 With a paper model replayed (`--replay PROFILE`, `ssgd.models.Replay`: the profile's layer sizes, its
 per-layer GPU compute slept in backward order, so DDP's buckets overlap a real backward's duration) the
@@ -46,7 +46,7 @@ buckets are left out (the replay's parameters are 1-D, which PowerSGD sends unco
 asynchronous and blocking. Besides the step times it prints eff = t_single / step, t_single the profile's
 single-worker step (the gTop-k paper's scaling efficiency, measured with this machine's CPU selection):
 
-    .venv/bin/python bench/ddp.py --testbed --replay resnet50 --density 0.001 --rounds 5     # (~2 min)
+    .venv/bin/python bench/ddp.py --testbed --replay resnet50 --density 0.001 --rounds 5
 
 The script is driver and worker: the driver starts P workers (`--worker`) on a free localhost port (with
 --testbed: through the testbed's agent, one per host, the rendezvous at host 1) under --timeout, prints the

@@ -23,8 +23,8 @@ namespaces share one clock). Each measured time is set against three numbers, no
 Writes <out-dir>/testbed_<BW>.csv (one row per P, d, collective) and .json, and prints the table and a summary
 (points within 15 % of the model; the largest floor ratio of dense and gTop-k at d >= 1M).
 
-    make testbed-up P=4 && make bench-testbed            # P = 2, 4; d = 0.27M 1M 4M 25M (~1.5 min at 1gbit)
-    PYTHONPATH=src python bench/testbed_comm.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)
+    make testbed-up P=4 && make bench-testbed            # P = 2, 4; d = 0.27M 1M 4M 25M
+    PYTHONPATH=src python bench/testbed_comm.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds
     PYTHONPATH=src python bench/testbed_comm.py --P 2 4 8 16 --sizes 0.27M 25M 61M --rounds 5
 """
 from __future__ import annotations

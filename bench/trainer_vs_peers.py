@@ -31,9 +31,9 @@ warm-up round.
 
 Models: FNN-3 on the embedded MNIST digits and ResNet-20 on synthetic CIFAR-10 (compute-bound).
 
-    .venv/bin/python bench/trainer_vs_peers.py            # ~3 min on 2 cores
-    .venv/bin/python bench/trainer_vs_peers.py --quick    # ~1.5 min
-    .venv/bin/python bench/trainer_vs_peers.py --quick --P 2 --models fnn3 --schemes dense topk   # ~30 s
+    .venv/bin/python bench/trainer_vs_peers.py
+    .venv/bin/python bench/trainer_vs_peers.py --quick
+    .venv/bin/python bench/trainer_vs_peers.py --quick --P 2 --models fnn3 --schemes dense topk
     .venv/bin/python bench/trainer_vs_peers.py --parts mpi --P 2 4 --reps 5
     .venv/bin/python bench/trainer_vs_peers.py --parts mpi torch --models fnn3 --schemes dense --quick   # torch only
 
