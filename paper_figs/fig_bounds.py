@@ -127,5 +127,6 @@ def findings(out: Path) -> list[str]:
               for (s, m, rho), (e, d) in sorted(last.items())]
     return lines
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -349,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def findings(out: Path) -> list[str]:
-    """README tables from convergence_summary.csv: per panel and scheme, densities, accuracy, steps and time to target."""
+    """README tables from convergence_summary.csv: per panel and scheme, densities, accuracy, steps and time
+    to the target."""
     rows = read_rows(out, "convergence_summary") or []
     lines = []
     for fig in dict.fromkeys(r["figure"] for r in rows):
@@ -367,10 +368,12 @@ def findings(out: Path) -> list[str]:
                 f"({float(r['density_achieved_after_warmup']):.3g})"
             comm = f" ({float(r['comm_to_target_s_mean']):.2f})" if r["comm_to_target_s_mean"] else ""
             lines.append(f"  | {r['label']} | {dens} | {mean_range(r, 'final_val_acc')} | "
-                         f"{float(r['best_val_acc_mean']):.3f} | {r['reached']} | {mean_range(r, 'steps_to_target', '.0f')} | "
+                         f"{float(r['best_val_acc_mean']):.3f} | {r['reached']} | "
+                         f"{mean_range(r, 'steps_to_target', '.0f')} | "
                          f"{mean_range(r, 'time_to_target_s', '.2f')}{comm} |")
         lines.append("")
     return lines
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -184,5 +184,6 @@ def findings(out: Path) -> list[str]:
                      f"{mean_range(r, 'time_to_target_s', '.2f') if r['time_to_target_s_mean'] else 'not reached'} |")
     return lines + [""]
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def findings(out: Path) -> list[str]:
-    """README lines from fig_histograms_stats.csv: per model, the kurtosis and the tail share at the first and last snapshot."""
+    """README lines from fig_histograms_stats.csv: per model, the kurtosis and the tail share at the first and
+    last snapshot."""
     rows = read_rows(out, "fig_histograms_stats")
     by_model: dict[str, list[dict]] = defaultdict(list)
     for r in rows or []:
@@ -132,6 +133,7 @@ def findings(out: Path) -> list[str]:
                      f"{float(first['tail_share_ratio']):.2f} k, then {float(last['tail_share_ratio']):.2f} k "
                      "(normal: 1 k)")
     return lines
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -130,5 +130,6 @@ def findings(out: Path) -> list[str]:
               "the paper's ResNet-20 on CIFAR-10 (hours; docs/convergence.md)."]
     return lines
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -371,5 +371,6 @@ def findings(out: Path) -> list[str]:
                              f"{min(runs):.2f}-{max(runs):.2f} k (mean over calls); reference {ref}")
     return lines
 
+
 if __name__ == "__main__":
     sys.exit(main())
