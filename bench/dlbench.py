@@ -31,9 +31,9 @@ two, and all usable cores. Each worker is pinned to that many cores (CPU affinit
 pool of the tool sized to it (OMP_NUM_THREADS, torch.set_num_threads, TensorFlow's intra/inter-op
 pools, XLA's pool follows the affinity).
 
-    .venv/bin/python bench/dlbench.py                       # all tools found, ~6 min on 2 quiet cores
+    .venv/bin/python bench/dlbench.py                       # all tools found
     .venv/bin/python bench/dlbench.py --quick               # no torch.compile, 3 rounds, 1 retry
-    .venv/bin/python bench/dlbench.py --quick --tools torch --workloads fcnr alexnet_r   # ~30 s
+    .venv/bin/python bench/dlbench.py --quick --tools torch --workloads fcnr alexnet_r
     .venv/bin/python bench/dlbench.py --tools torch --workloads resnet56 --batch-size resnet56=128 --reps 10
 
 Writes <--results> (default bench/results/dlbench.json: rows, every round's step times and noise,

@@ -59,8 +59,6 @@ def gtopk_sparse_allreduce(comm: Any, values: np.ndarray, indexes: np.ndarray,
     Returns (V_g, I_g, included): the global set's values (float32) and indices (uint32), and the
     positions of `indexes` that are in I_g.
     """
-    from mpi4py import MPI
-
     num_workers = comm.size
     rank = comm.rank
     if num_workers & (num_workers - 1):
@@ -68,54 +66,9 @@ def gtopk_sparse_allreduce(comm: Any, values: np.ndarray, indexes: np.ndarray,
     tensor = values
     k = len(indexes)
     original_indexes = indexes
-    send_values = np.concatenate((indexes, values))
-    send_values[0:k] = indexes.astype(np.uint32)
-    send_values[k:2 * k] = values.astype(np.float32)
-    if storage is not None and "result_v2" in storage:
-        recv_values = storage["result_v2"]
-        if recv_values.size < k * 2:
-            recv_values = np.zeros_like(send_values)
-            if storage:
-                storage["result_v2"] = recv_values
-        recv_values = recv_values[0:k * 2]
-    else:
-        recv_values = np.zeros_like(send_values)
-        if storage:                       # as released: an empty dict is falsy, so nothing is kept
-            storage["result_v2"] = recv_values
-
-    num_round = int(np.log2(num_workers))
-    step = 1
-    participate_ranks = range(0, num_workers, step)
-    for _ in range(num_round):
-        if rank in participate_ranks:
-            local_rank = participate_ranks.index(rank)
-            if local_rank % 2 == 0:
-                source = participate_ranks[local_rank + 1]
-                comm.Recv([recv_values, MPI.FLOAT], source=source)
-                tmp_indexes = recv_values[0:k].astype(np.int64)
-                tmp_values = recv_values[k:2 * k]
-
-                _, c1, c2 = np.intersect1d(indexes, tmp_indexes, assume_unique=False, return_indices=True)
-                values[c1] += tmp_values[c2]
-                tmp_values[c2] = 0.0
-
-                tmp_c = np.concatenate((values, tmp_values))
-                tmp_topki, _ = topk(tmp_c, k)
-                first_array_indexes = tmp_topki[tmp_topki < k]
-                second_array_indexes = tmp_topki[tmp_topki >= k] - k
-                indexes = np.concatenate((indexes[first_array_indexes], tmp_indexes[second_array_indexes]))
-                values = np.concatenate((values[first_array_indexes], tmp_values[second_array_indexes]))
-
-                send_values = np.concatenate((indexes, values))
-                send_values[0:k] = indexes.astype(np.uint32)
-                send_values[k:2 * k] = values.astype(np.float32)
-            else:
-                target = participate_ranks[local_rank - 1]
-                comm.Send([send_values, MPI.FLOAT], dest=target)
-        step *= 2
-        participate_ranks = range(0, num_workers, step)
-        comm.Barrier()
-
+    send_values = packed(indexes, values, k)
+    recv_values = receive_buffer(storage, send_values, k)
+    indexes, values = tree_to_root(comm, indexes, values, send_values, recv_values, k)
     if rank == 0:
         send_values = np.concatenate((indexes, values))
         indexes = indexes.astype(np.uint32)
@@ -132,6 +85,77 @@ def gtopk_sparse_allreduce(comm: Any, values: np.ndarray, indexes: np.ndarray,
 
     _, c1, _ = np.intersect1d(original_indexes, indexes, assume_unique=False, return_indices=True)
     return values, indexes, c1
+
+
+def packed(indexes: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """The released send buffer: concat(I, V) upcast to one float64 array, I written as uint32, V as float32."""
+    send_values = np.concatenate((indexes, values))
+    send_values[0:k] = indexes.astype(np.uint32)
+    send_values[k:2 * k] = values.astype(np.float32)
+    return send_values
+
+
+def receive_buffer(storage: dict | None, send_values: np.ndarray, k: int) -> np.ndarray:
+    """The released receive buffer of 2k float64: storage["result_v2"] when kept and large enough, else a new one
+    (kept only in a non-empty `storage`, as released)."""
+    if storage is not None and "result_v2" in storage:
+        recv_values = storage["result_v2"]
+        if recv_values.size < k * 2:
+            recv_values = np.zeros_like(send_values)
+            if storage:
+                storage["result_v2"] = recv_values
+        return recv_values[0:k * 2]
+    recv_values = np.zeros_like(send_values)
+    if storage:                       # as released: an empty dict is falsy, so nothing is kept
+        storage["result_v2"] = recv_values
+    return recv_values
+
+
+def tree_to_root(comm: Any, indexes: np.ndarray, values: np.ndarray, send_values: np.ndarray,
+                 recv_values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The binomial tree to rank 0 over int(log2 P) rounds, a Barrier after each: the even members of
+    `range(0, P, step)` receive from their right neighbour and merge (`merge`), the odd ones send and leave.
+    Returns this rank's (indexes, values) after its last merge (rank 0: the global set)."""
+    from mpi4py import MPI
+
+    num_workers, rank = comm.size, comm.rank
+    num_round = int(np.log2(num_workers))
+    step = 1
+    participate_ranks = range(0, num_workers, step)
+    for _ in range(num_round):
+        if rank in participate_ranks:
+            local_rank = participate_ranks.index(rank)
+            if local_rank % 2 == 0:
+                source = participate_ranks[local_rank + 1]
+                comm.Recv([recv_values, MPI.FLOAT], source=source)
+                indexes, values = merge(indexes, values, recv_values, k)
+                send_values = packed(indexes, values, k)
+            else:
+                target = participate_ranks[local_rank - 1]
+                comm.Send([send_values, MPI.FLOAT], dest=target)
+        step *= 2
+        participate_ranks = range(0, num_workers, step)
+        comm.Barrier()
+    return indexes, values
+
+
+def merge(indexes: np.ndarray, values: np.ndarray, recv_values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The released merge: received values added to the own ones on common indices (`values` in place; zeroed on
+    the received side, in `recv_values`), then the top-k by magnitude of the 2k candidates."""
+    tmp_indexes = recv_values[0:k].astype(np.int64)
+    tmp_values = recv_values[k:2 * k]
+
+    _, c1, c2 = np.intersect1d(indexes, tmp_indexes, assume_unique=False, return_indices=True)
+    values[c1] += tmp_values[c2]
+    tmp_values[c2] = 0.0
+
+    tmp_c = np.concatenate((values, tmp_values))
+    tmp_topki, _ = topk(tmp_c, k)
+    first_array_indexes = tmp_topki[tmp_topki < k]
+    second_array_indexes = tmp_topki[tmp_topki >= k] - k
+    indexes = np.concatenate((indexes[first_array_indexes], tmp_indexes[second_array_indexes]))
+    values = np.concatenate((values[first_array_indexes], tmp_values[second_array_indexes]))
+    return indexes, values
 
 
 def decode(buffer: torch.Tensor, values: np.ndarray, indexes: np.ndarray, P: int) -> torch.Tensor:

@@ -12,8 +12,8 @@ CPU other processes used during the rounds (cores, max); rounds above
 still above it is marked "noisy". This module is the one timing implementation:
 `make fig-selection` (paper_figs/fig_selection.py) imports it.
 
-    .venv/bin/python bench/selection.py                  # ~1-2 min on 2 quiet cores
-    .venv/bin/python bench/selection.py --quick          # d = 1e5, 1e6; 3 rounds (~15 s)
+    .venv/bin/python bench/selection.py
+    .venv/bin/python bench/selection.py --quick          # d = 1e5, 1e6; 3 rounds
     .venv/bin/python bench/selection.py --threads 1 --sizes 1e6 1e7
 Writes <--out-dir>/selection.json (default bench/results) and prints the markdown tables.
 

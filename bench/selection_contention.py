@@ -18,7 +18,7 @@ warm-up and stopped after it; being our child, its CPU counts as ours, not as no
 Then, per selector, `choose_threads` picks the thread count for a busy machine (module rule below)
 and reports the kept speed, quiet one-thread time / busy time at the chosen count (goal: >= 0.8).
 
-    .venv/bin/python bench/selection_contention.py --quick     # d = 1e6, 3 rounds (~15 s)
+    .venv/bin/python bench/selection_contention.py --quick     # d = 1e6, 3 rounds
     .venv/bin/python bench/selection_contention.py             # d = 2.5e7, 7 rounds (~5-12 min, estimated)
 
 Writes <--results-dir>/selection_contention.csv (default bench/results) and prints the markdown table.

@@ -1,6 +1,6 @@
 """How long `python src/train.py` takes to refuse bad input, and where a good run's start-up goes.
 
-    python bench/startup.py                # make bench-startup (~2 min)
+    python bench/startup.py                # make bench-startup
     python bench/startup.py --rounds 3 --out bench/results/startup.json
 
 Cases, run as a user runs them (a fresh process each), interleaved in rounds (bench/harness.py):

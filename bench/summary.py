@@ -62,7 +62,7 @@ def _trainer(result: dict) -> str:
 
 
 def _threads(result: dict) -> str:
-    from trainer_vs_peers import threads_table
+    from threads_report import threads_table
     s = result.get("settings", {})
     lines = [harness.describe_method(s.get("noise_threshold_cores", harness.DEFAULT_THRESHOLD_CORES),
                                      s.get("retries", harness.DEFAULT_RETRIES)), ""]

@@ -23,8 +23,8 @@ namespaces share one clock). Each measured time is set against three numbers, no
 Writes <out-dir>/testbed_<BW>.csv (one row per P, d, collective) and .json, and prints the table and a summary
 (points within 15 % of the model; the largest floor ratio of dense and gTop-k at d >= 1M).
 
-    make testbed-up P=4 && make bench-testbed            # P = 2, 4; d = 0.27M 1M 4M 25M (~1.5 min at 1gbit)
-    PYTHONPATH=src python bench/testbed_comm.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)
+    make testbed-up P=4 && make bench-testbed            # P = 2, 4; d = 0.27M 1M 4M 25M
+    PYTHONPATH=src python bench/testbed_comm.py --quick       # P = 2 and the testbed's P, d = 1M, 2 rounds
     PYTHONPATH=src python bench/testbed_comm.py --P 2 4 8 16 --sizes 0.27M 25M 61M --rounds 5
 """
 from __future__ import annotations
@@ -241,7 +241,8 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of the module docstring."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="P = 2 and the testbed's P, d = 1M, 2 rounds (~1 min)")
     ap.add_argument("--P", type=int, nargs="+", help="hosts per job (default: 2, 4, 8, ... up to the testbed's P)")
@@ -257,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=comm.RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per mpiexec job before it is killed")
     harness.add_noise_arguments(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     problem = harness.noise_problem(args)
     try:
         sizes = [parse_size(s) for s in (args.sizes or (["1M"] if args.quick else ["0.27M", "1M", "4M", "25M"]))]
@@ -265,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes, problem = [], problem or f"--sizes {' '.join(args.sizes)}: sizes are 0.27M, 1M, 4M, 25M, 61M or " \
                                         "integers with K or M"
     env = testbed_env()
-    hosts, bw, burst = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"], env.get("SSGD_TESTBED_BURST", BURST)
+    hosts = int(env["SSGD_TESTBED_P"])
     default_P = sorted({p for p in (2, 4, 8, 16, 32, 64) if p <= hosts} | {hosts})
     Ps = args.P or (sorted({2, hosts}) if args.quick else default_P)
     problem = problem or check_hosts(Ps, hosts)
@@ -276,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    return measure(args, sizes, Ps, env)
+
+
+def measure(args: argparse.Namespace, sizes: list[int], Ps: list[int], env: dict[str, str]) -> int:
+    """One mpiexec job per P over the testbed's hosts, the table and summary, the results files; 1 when a job failed."""
+    hosts, bw, burst = int(env["SSGD_TESTBED_P"]), env["SSGD_TESTBED_BW"], env.get("SSGD_TESTBED_BURST", BURST)
     rounds = args.rounds or (2 if args.quick else 3)
     fit = calibrated(args.refit)
     print(f"[testbed] {hosts} hosts on {bw}; alpha = {fit['alpha'] * 1e6:.1f} us, beta = {fit['beta']:.4g} s/B "

@@ -12,7 +12,7 @@ S-SGD), several seeds, real compute. Per run, from its metrics.jsonl and summary
 Printed as a table of median [min-max] over seeds per (P, scheme), written to
 <out-dir>/testbed_e2e_<BW>.csv (one row per run) and .json.
 
-    make testbed-up P=4 && make bench-testbed-e2e            # P = 4, 3 schemes x 3 seeds x 620 steps (~8 min)
+    make testbed-up P=4 && make bench-testbed-e2e            # P = 4, 3 schemes x 3 seeds x 620 steps
     PYTHONPATH=src python bench/testbed_e2e.py --P 4 8 --seeds 1 2 3 --steps 620 --target 0.9
 """
 from __future__ import annotations

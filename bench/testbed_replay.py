@@ -21,7 +21,7 @@ t_single the profile's single-worker step (`ssgd.perf.iteration`):
 Writes <out-dir>/testbed_replay_<BW>.csv (one row per run) and .json; `make fig-scaling` draws the
 eff_testbed points beside the model and the paper when the CSV is there.
 
-    make testbed-up P=4 && make bench-testbed-replay        # 5 models x 3 schemes x P = 2, 4, 7 steps (~10 min)
+    make testbed-up P=4 && make bench-testbed-replay        # 5 models x 3 schemes x P = 2, 4, 7 steps
     PYTHONPATH=src python bench/testbed_replay.py --profiles resnet20 resnet50 --P 4 --steps 10
 """
 from __future__ import annotations

@@ -11,9 +11,9 @@ the CPU used by other processes is measured; a round above --noise-threshold cor
 the plain loop uses every core) is repeated (<= --retries, default 2; --quick 1) and a case still
 above it is marked "noisy".
 
-    .venv/bin/python bench/threads_overhead.py               # ~3 min on 2 quiet cores
-    .venv/bin/python bench/threads_overhead.py --quick       # P = 4, 8; 3 rounds; ~1 min
-    .venv/bin/python bench/threads_overhead.py --quick --models fnn3     # ~20 s
+    .venv/bin/python bench/threads_overhead.py
+    .venv/bin/python bench/threads_overhead.py --quick       # P = 4, 8; 3 rounds
+    .venv/bin/python bench/threads_overhead.py --quick --models fnn3
 Writes <--out-dir>/threads_overhead.json (default bench/results) and prints a markdown table.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 import harness  # noqa: E402
-from trainer_vs_peers import threads_table  # noqa: E402
+from threads_report import threads_table  # noqa: E402
 from ssgd.run import build  # noqa: E402
 from ssgd.compress.sparse import k_of, select_topk, sum_sparse  # noqa: E402
 from ssgd.data.loader import ShardedLoader  # noqa: E402

@@ -31,9 +31,9 @@ warm-up round.
 
 Models: FNN-3 on the embedded MNIST digits and ResNet-20 on synthetic CIFAR-10 (compute-bound).
 
-    .venv/bin/python bench/trainer_vs_peers.py            # ~3 min on 2 cores
-    .venv/bin/python bench/trainer_vs_peers.py --quick    # ~1.5 min
-    .venv/bin/python bench/trainer_vs_peers.py --quick --P 2 --models fnn3 --schemes dense topk   # ~30 s
+    .venv/bin/python bench/trainer_vs_peers.py
+    .venv/bin/python bench/trainer_vs_peers.py --quick
+    .venv/bin/python bench/trainer_vs_peers.py --quick --P 2 --models fnn3 --schemes dense topk
     .venv/bin/python bench/trainer_vs_peers.py --parts mpi --P 2 4 --reps 5
     .venv/bin/python bench/trainer_vs_peers.py --parts mpi torch --models fnn3 --schemes dense --quick   # torch only
 
@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
 import machine_info as machine  # noqa: E402
+from threads_report import threads_table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 PARTS = ("threads", "mpi", "torch")
@@ -366,19 +367,8 @@ def run_threads(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def threads_table(rows: list[dict]) -> list[str]:
-    """Markdown rows of `threads_overhead.measure` results; every number of a noisy case carries the mark."""
-    out = ["| model | scheme | P | plain loop ms/step | trainer ms/step | trainer / plain, median [min-max] "
-           f"| {harness.NOISE_COLUMN} |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        noisy = r["noisy"]
-        out.append(f"| {r['model']} | {r['compressor']} | {r['P']} | {harness.time_cell(r['plain_ms'] / 1e3, noisy)} "
-                   f"| {harness.time_cell(r['trainer_ms'] / 1e3, noisy)} "
-                   f"| {harness.ratio_cell(r['ratio_spread'], noisy, digits=2)} | {harness.noise_cell(r['series'])} |")
-    return out
-
-
 def markdown(result: dict) -> str:
+    """The report of a trainer_vs_peers.json: one section per part that has results."""
     lines = [f"Measured on {machine.one_line(result['machine'])}.", ""]
     settings = result.get("settings", {})
     lines += [harness.describe_method(settings.get("noise_threshold_cores", harness.DEFAULT_THRESHOLD_CORES),
@@ -389,58 +379,82 @@ def markdown(result: dict) -> str:
                   *threads_table(result["threads"]), ""]
     mpi = result["mpi"]
     if mpi:
-        lines += ["MPI backend, dense, vs DistributedDataParallel (gloo), 1 thread per rank "
-                  f"(goal <= {DDP_GOAL:.2f}; {harness.settings_line(mpi[0]['series'])}):", "",
-                  "| model | P | DDP ms/step | ssgd dense ms/step | ssgd dense / DDP, median [min-max] "
-                  f"| ssgd parts ms: compute / comm / update | {harness.NOISE_COLUMN} |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in mpi:
-            p = r["ssgd_parts_ms_rank0"].get("ssgd_dense", {})
-            ms, noisy = r["median_ms"], r["noisy"]
-            lines.append(f"| {r['model']} | {r['P']} | {harness.time_cell(ms['ddp'] / 1e3, noisy)} "
-                         f"| {harness.time_cell(ms['ssgd_dense'] / 1e3, noisy)} "
-                         f"| {harness.ratio_cell(r['ssgd_dense_over_ddp'], noisy, digits=2)} "
-                         f"| {p.get('compute', 0):.1f} / {p.get('comm', 0):.1f} / {p.get('update', 0):.1f}"
-                         f"{harness.mark(noisy)} | {harness.noise_cell(r['series'])} |")
-        schemes = [n for n in mpi[0]["scheme_over_dense"]]
-        if schemes:
-            lines += ["", "Sparse schemes vs dense, same trainer, same P (step time ratio per round, median "
-                      "[min-max]; ms in brackets; density 0.001):", "",
-                      "| model | P | dense ms/step | " + " | ".join(s.removeprefix("ssgd_") for s in schemes)
-                      + f" | {harness.NOISE_COLUMN} |", "|---|---|---|" + "---|" * (len(schemes) + 1)]
-            for r in mpi:
-                noisy = r["noisy"]
-                dense = harness.time_cell(r["median_ms"]["ssgd_dense"] / 1e3, noisy)
-                lines.append(f"| {r['model']} | {r['P']} | {dense} | "
-                             + " | ".join(f"{harness.ratio_cell(r['scheme_over_dense'][s], noisy, digits=2)} "
-                                          f"({r['median_ms'][s]:.1f} ms)" for s in schemes)
-                             + f" | {harness.noise_cell(r['series'])} |")
+        lines += mpi_section(mpi) + sparse_section(mpi)
     torch_rows = [r for r in mpi if r.get("ssgd_torch_dense_over_ddp")]
     if torch_rows:
-        lines += ["", "backend=torch, dense, vs DistributedDataParallel on the same gloo group, 1 thread per rank "
-                  f"(goal <= {DDP_GOAL:.2f}; same rounds as the MPI table):", "",
-                  f"| model | P | DDP ms/step | ssgd torch dense ms/step | ssgd torch dense / DDP, median [min-max] "
-                  f"| ssgd MPI dense / DDP | {harness.NOISE_COLUMN} |", "|---|---|---|---|---|---|---|"]
-        for r in torch_rows:
-            ms, noisy = r["median_ms"], r["noisy"]
-            lines.append(f"| {r['model']} | {r['P']} | {harness.time_cell(ms['ddp'] / 1e3, noisy)} "
-                         f"| {harness.time_cell(ms['ssgd_torch_dense'] / 1e3, noisy)} "
-                         f"| {harness.ratio_cell(r['ssgd_torch_dense_over_ddp'], noisy, digits=2)} "
-                         f"| {harness.ratio_cell(r['ssgd_dense_over_ddp'], noisy, digits=2)} "
-                         f"| {harness.noise_cell(r['series'])} |")
+        lines += torch_section(torch_rows)
     comm = result.get("comm", [])
     if comm:
-        lines += ["", f"One gTop-k call (density {COMM_DENSITY}), torch.distributed (gloo) vs MPI, same program, "
-                  f"ranks of this machine ({harness.settings_line(comm[0]['series'])}):", "",
-                  f"| P | d | k | MPI ms/call | torch ms/call | torch / MPI, median [min-max] | {harness.NOISE_COLUMN} |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in comm:
-            ms, noisy = r["median_ms"], r["noisy"]
-            lines.append(f"| {r['P']} | {r['d']:,} | {r['k']:,} | {harness.time_cell(ms['mpi'] / 1e3, noisy)} "
-                         f"| {harness.time_cell(ms['torch'] / 1e3, noisy)} "
-                         f"| {harness.ratio_cell(r['torch_over_mpi'], noisy, digits=2)} "
-                         f"| {harness.noise_cell(r['series'])} |")
+        lines += comm_section(comm)
     return "\n".join(lines) + "\n"
+
+
+def mpi_section(mpi: list[dict]) -> list[str]:
+    """MPI backend, dense, vs DDP: one row per (model, P)."""
+    lines = ["MPI backend, dense, vs DistributedDataParallel (gloo), 1 thread per rank "
+             f"(goal <= {DDP_GOAL:.2f}; {harness.settings_line(mpi[0]['series'])}):", "",
+             "| model | P | DDP ms/step | ssgd dense ms/step | ssgd dense / DDP, median [min-max] "
+             f"| ssgd parts ms: compute / comm / update | {harness.NOISE_COLUMN} |",
+             "|---|---|---|---|---|---|---|"]
+    for r in mpi:
+        p = r["ssgd_parts_ms_rank0"].get("ssgd_dense", {})
+        ms, noisy = r["median_ms"], r["noisy"]
+        lines.append(f"| {r['model']} | {r['P']} | {harness.time_cell(ms['ddp'] / 1e3, noisy)} "
+                     f"| {harness.time_cell(ms['ssgd_dense'] / 1e3, noisy)} "
+                     f"| {harness.ratio_cell(r['ssgd_dense_over_ddp'], noisy, digits=2)} "
+                     f"| {p.get('compute', 0):.1f} / {p.get('comm', 0):.1f} / {p.get('update', 0):.1f}"
+                     f"{harness.mark(noisy)} | {harness.noise_cell(r['series'])} |")
+    return lines
+
+
+def sparse_section(mpi: list[dict]) -> list[str]:
+    """The sparse schemes' step time over dense's, same trainer and P (empty without sparse schemes)."""
+    schemes = [n for n in mpi[0]["scheme_over_dense"]]
+    if not schemes:
+        return []
+    lines = ["", "Sparse schemes vs dense, same trainer, same P (step time ratio per round, median "
+             "[min-max]; ms in brackets; density 0.001):", "",
+             "| model | P | dense ms/step | " + " | ".join(s.removeprefix("ssgd_") for s in schemes)
+             + f" | {harness.NOISE_COLUMN} |", "|---|---|---|" + "---|" * (len(schemes) + 1)]
+    for r in mpi:
+        noisy = r["noisy"]
+        dense = harness.time_cell(r["median_ms"]["ssgd_dense"] / 1e3, noisy)
+        lines.append(f"| {r['model']} | {r['P']} | {dense} | "
+                     + " | ".join(f"{harness.ratio_cell(r['scheme_over_dense'][s], noisy, digits=2)} "
+                                  f"({r['median_ms'][s]:.1f} ms)" for s in schemes)
+                     + f" | {harness.noise_cell(r['series'])} |")
+    return lines
+
+
+def torch_section(torch_rows: list[dict]) -> list[str]:
+    """backend=torch, dense, vs DDP on the same gloo group."""
+    lines = ["", "backend=torch, dense, vs DistributedDataParallel on the same gloo group, 1 thread per rank "
+             f"(goal <= {DDP_GOAL:.2f}; same rounds as the MPI table):", "",
+             f"| model | P | DDP ms/step | ssgd torch dense ms/step | ssgd torch dense / DDP, median [min-max] "
+             f"| ssgd MPI dense / DDP | {harness.NOISE_COLUMN} |", "|---|---|---|---|---|---|---|"]
+    for r in torch_rows:
+        ms, noisy = r["median_ms"], r["noisy"]
+        lines.append(f"| {r['model']} | {r['P']} | {harness.time_cell(ms['ddp'] / 1e3, noisy)} "
+                     f"| {harness.time_cell(ms['ssgd_torch_dense'] / 1e3, noisy)} "
+                     f"| {harness.ratio_cell(r['ssgd_torch_dense_over_ddp'], noisy, digits=2)} "
+                     f"| {harness.ratio_cell(r['ssgd_dense_over_ddp'], noisy, digits=2)} "
+                     f"| {harness.noise_cell(r['series'])} |")
+    return lines
+
+
+def comm_section(comm: list[dict]) -> list[str]:
+    """One gTop-k call, torch.distributed vs MPI."""
+    lines = ["", f"One gTop-k call (density {COMM_DENSITY}), torch.distributed (gloo) vs MPI, same program, "
+             f"ranks of this machine ({harness.settings_line(comm[0]['series'])}):", "",
+             f"| P | d | k | MPI ms/call | torch ms/call | torch / MPI, median [min-max] | {harness.NOISE_COLUMN} |",
+             "|---|---|---|---|---|---|---|"]
+    for r in comm:
+        ms, noisy = r["median_ms"], r["noisy"]
+        lines.append(f"| {r['P']} | {r['d']:,} | {r['k']:,} | {harness.time_cell(ms['mpi'] / 1e3, noisy)} "
+                     f"| {harness.time_cell(ms['torch'] / 1e3, noisy)} "
+                     f"| {harness.ratio_cell(r['torch_over_mpi'], noisy, digits=2)} "
+                     f"| {harness.noise_cell(r['series'])} |")
+    return lines
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

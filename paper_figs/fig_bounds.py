@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import analysis as an
 import torch
-from figlib import OUT, RUNS, Run, find_runs, plt, require, save, write_csv
+from figlib import OUT, RUNS, Run, find_runs, plt, read_rows, require, save, write_csv
 
 
 def stats_runs(runs: list[Run]) -> list[tuple[Run, list[dict]]]:
@@ -96,6 +97,35 @@ def main(argv: list[str] | None = None) -> int:
     for path in [*written, out / "fig_bounds_delta.csv", out / "fig_bounds_condition.csv"]:
         print(f"wrote {path}")
     return 0
+
+
+
+def findings(out: Path) -> list[str]:
+    """README lines from fig_bounds*.csv: the Top-k ratio against both bounds, the shape condition, the IJCAI delta."""
+    rows, delta = read_rows(out, "fig_bounds"), read_rows(out, "fig_bounds_delta")
+    lines = []
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows or []:
+        groups[(r["model"], r["density"])].append(r)
+    for (model, rho), rs in sorted(groups.items()):
+        square = sum(float(r["ratio_topk"]) <= float(r["bound_square"]) for r in rs)
+        linear = sum(float(r["ratio_topk"]) <= float(r["bound_linear"]) for r in rs)
+        lines.append(f"- {model}, rho = {rho}: ||u - TopK(u)||^2 / ||u||^2 at most "
+                     f"{max(float(r['ratio_topk']) for r in rs):.4f}; under (1 - k/d)^2 at {square} of {len(rs)} steps, "
+                     f"under 1 - k/d at {linear}")
+    last: dict[tuple[str, str, str], tuple[int, float]] = {}
+    for r in delta or []:
+        last[(r["scheme"], r["model"], r["density"])] = (int(r["epoch"]), float(r["delta"]))
+    cond: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in read_rows(out, "fig_bounds_condition") or []:
+        cond[(r["model"], r["density"])].append(r)
+    lines += [f"- {m}, rho = {rho}: the shape condition of the tighter bound (`analysis.line_condition`) holds on "
+              f"{sum(int(r['holds']) for r in rs)} of {len(rs)} u snapshots; tail / line area at most "
+              f"{max(float(r['tail_over_line']) for r in rs):.3f} (<= 1 needed), head / line at least "
+              f"{min(float(r['head_over_line']) for r in rs):.3f} (>= 1 needed)" for (m, rho), rs in sorted(cond.items())]
+    lines += [f"- IJCAI delta, {s} / Random-k, {m}, rho = {rho}: {d:.4f} in the last epoch ({e})"
+              for (s, m, rho), (e, d) in sorted(last.items())]
+    return lines
 
 
 if __name__ == "__main__":

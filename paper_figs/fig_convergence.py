@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import analysis as an
-from figlib import OUT, RUNS, Run, find_runs, plt, read_json, require, save, write_csv
+from figlib import OUT, RUNS, Run, find_runs, mean_range, plt, read_json, read_rows, require, save, write_csv
 
 ORDER = ("dense", "topk", "gtopk", "gaussiank", "randomk", "dgcsampling")
 
@@ -170,6 +170,8 @@ def setting_line(run: Run, n_seeds: int, steps: int) -> str:
 
 
 def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, list[list], list[list]]:
+    """One convergence figure (loss, accuracy vs epoch and vs modelled time, time to the target); its CSV
+    rows and its rows of convergence_summary.csv."""
     target = info["target_acc"]
     fig, grid = plt.subplots(2, 2, figsize=(13, 9))
     axes = grid.ravel()
@@ -182,48 +184,78 @@ def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, l
     n_seeds = max(len(s.runs) for s in series)
     steps = int(max(r.steps[-1] for s in series for r in s.runs))
     for i, s in enumerate(series):
-        color = f"C{i}"
-        loss_m, loss_lo, loss_hi = an.seed_band([r.loss for r in s.runs])
-        ep = s.runs[0].epochs[:len(loss_m)]
-        axes[0].plot(ep, loss_m, color=color, lw=1, label=s.legend())
-        axes[0].fill_between(ep, loss_lo, loss_hi, color=color, alpha=0.2, lw=0)
-        acc_m, acc_lo, acc_hi = an.seed_band([r.val_acc for r in s.runs])
-        vep = s.runs[0].val_epochs[:len(acc_m)]
-        vt, _, _ = an.seed_band([r.val_time for r in s.runs])
-        axes[1].plot(vep, acc_m, color=color, lw=1)
-        axes[1].fill_between(vep, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
-        axes[2].plot(vt, acc_m, color=color, lw=1)
-        axes[2].fill_between(vt, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
-        tm, _, _ = an.seed_band([r.time for r in s.runs])
-        rows += [[fig_name, s.key, s.label, s.scheme, len(s.runs), "train", int(st), e, m, lo, hi, t, "", "", ""]
-                 for st, e, m, lo, hi, t in zip(s.runs[0].steps, ep, loss_m, loss_lo, loss_hi, tm)]
-        rows += [[fig_name, s.key, s.label, s.scheme, len(s.runs), "val", int(st), e, "", "", "", t, m, lo, hi]
-                 for st, e, m, lo, hi, t in zip(s.runs[0].val_steps, vep, acc_m, acc_lo, acc_hi, vt)]
-        reach = [r.to_target(target) for r in s.runs]
-        hit = [x for x in reach if x[0] is not None]
-        st_hit, ts, comm = [x[0] for x in hit], [x[1] for x in hit], [x[2] for x in hit]
-        y = len(series) - 1 - i
-        if hit:
-            mean, c = float(np.mean(ts)), float(np.mean(comm))
-            axes[3].barh(y, c, color=color, alpha=1.0, hatch="//", edgecolor="white")
-            axes[3].barh(y, mean - c, left=c, color=color, alpha=0.45,
-                         xerr=[[max(mean - min(ts), 0.0)], [max(max(ts) - mean, 0.0)]], capsize=3)
-            axes[3].text(max(ts), y, f"  {mean:.2f} s, step {np.mean(st_hit):.0f}"
-                         + ("" if len(hit) == len(s.runs) else f" ({len(hit)}/{len(s.runs)} seeds)"),
-                         va="center", fontsize=7)
-        else:
-            axes[3].text(0, y, f"  not reached by any of {len(s.runs)} seeds", va="center", fontsize=7)
-        final = [r.val_acc[-1] for r in s.runs]
-        best = [r.val_acc.max() for r in s.runs]
-        summary.append([
-            fig_name, s.key, s.label, s.scheme, len(s.runs), int(max(r.steps[-1] for r in s.runs)), cluster,
+        rows += curves(axes, fig_name, s, f"C{i}")
+        reached = time_bar(axes[3], s, len(series) - 1 - i, f"C{i}", target)
+        summary.append(summary_row(fig_name, s, cluster, target, reached))
+    style(axes, series, cluster, target)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
+    quick = "QUICK PREVIEW, not the full figure (make figs-quick). " if info["profile"] == "quick" else ""
+    compute = [1e3 * r.run.summary.get("time/compute_s", math.nan) for s in series for r in s.runs]
+    fig.suptitle(f"{quick}{info['title']}\n{setting_line(first.run, n_seeds, steps)}\nmodelled time = this machine's "
+                 f"measured compute, compression and update (compute per worker and step: {min(compute):.1f}-"
+                 f"{max(compute):.1f} ms over the runs; the spread is the machine's load) + alpha-beta "
+                 f"communication on {cluster}", fontsize=9)
+    fig.tight_layout(rect=(0, 0.03 + 0.022 * ((len(series) + 1) // 2), 1, 1))
+    return fig, rows, summary
+
+
+def curves(axes, fig_name: str, s: Series, color: str) -> list[list]:
+    """A series' loss vs epoch, accuracy vs epoch and vs modelled time (mean and min-max band over seeds);
+    its CSV rows."""
+    loss_m, loss_lo, loss_hi = an.seed_band([r.loss for r in s.runs])
+    ep = s.runs[0].epochs[:len(loss_m)]
+    axes[0].plot(ep, loss_m, color=color, lw=1, label=s.legend())
+    axes[0].fill_between(ep, loss_lo, loss_hi, color=color, alpha=0.2, lw=0)
+    acc_m, acc_lo, acc_hi = an.seed_band([r.val_acc for r in s.runs])
+    vep = s.runs[0].val_epochs[:len(acc_m)]
+    vt, _, _ = an.seed_band([r.val_time for r in s.runs])
+    axes[1].plot(vep, acc_m, color=color, lw=1)
+    axes[1].fill_between(vep, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
+    axes[2].plot(vt, acc_m, color=color, lw=1)
+    axes[2].fill_between(vt, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
+    tm, _, _ = an.seed_band([r.time for r in s.runs])
+    rows = [[fig_name, s.key, s.label, s.scheme, len(s.runs), "train", int(st), e, m, lo, hi, t, "", "", ""]
+            for st, e, m, lo, hi, t in zip(s.runs[0].steps, ep, loss_m, loss_lo, loss_hi, tm)]
+    rows += [[fig_name, s.key, s.label, s.scheme, len(s.runs), "val", int(st), e, "", "", "", t, m, lo, hi]
+             for st, e, m, lo, hi, t in zip(s.runs[0].val_steps, vep, acc_m, acc_lo, acc_hi, vt)]
+    return rows
+
+
+def time_bar(ax, s: Series, y: int, color: str, target: float) -> tuple[int, list, list, list]:
+    """The series' bar of modelled time to `target` (hatched: communication; whisker: min-max over the
+    seeds reaching it); (seeds reaching it, their steps, seconds and communication seconds)."""
+    hit = [x for x in (r.to_target(target) for r in s.runs) if x[0] is not None]
+    st_hit, ts, comm = [x[0] for x in hit], [x[1] for x in hit], [x[2] for x in hit]
+    if hit:
+        mean, c = float(np.mean(ts)), float(np.mean(comm))
+        ax.barh(y, c, color=color, alpha=1.0, hatch="//", edgecolor="white")
+        ax.barh(y, mean - c, left=c, color=color, alpha=0.45,
+                xerr=[[max(mean - min(ts), 0.0)], [max(max(ts) - mean, 0.0)]], capsize=3)
+        ax.text(max(ts), y, f"  {mean:.2f} s, step {np.mean(st_hit):.0f}"
+                + ("" if len(hit) == len(s.runs) else f" ({len(hit)}/{len(s.runs)} seeds)"),
+                va="center", fontsize=7)
+    else:
+        ax.text(0, y, f"  not reached by any of {len(s.runs)} seeds", va="center", fontsize=7)
+    return len(hit), st_hit, ts, comm
+
+
+def summary_row(fig_name: str, s: Series, cluster: str, target: float, reached: tuple[int, list, list, list]) -> list:
+    """The series' row of convergence_summary.csv (SUMMARY_HEADER)."""
+    n_hit, st_hit, ts, comm = reached
+    final = [r.val_acc[-1] for r in s.runs]
+    best = [r.val_acc.max() for r in s.runs]
+    return [fig_name, s.key, s.label, s.scheme, len(s.runs), int(max(r.steps[-1] for r in s.runs)), cluster,
             s.density, s.achieved(), min(r.achieved for r in s.runs), max(r.achieved for r in s.runs),
             float(np.mean([r.achieved_steady for r in s.runs])),
-            float(np.mean(final)), min(final), max(final), float(np.mean(best)), target, f"{len(hit)}/{len(s.runs)}",
+            float(np.mean(final)), min(final), max(final), float(np.mean(best)), target, f"{n_hit}/{len(s.runs)}",
             *(_mean_min_max(st_hit) + _mean_min_max(ts) + _mean_min_max(comm)),
             1e3 * float(np.mean([r.iter_model_s for r in s.runs])),
             1e3 * float(np.mean([r.run.summary.get("time/comm_model_s", math.nan) for r in s.runs])),
-            *[1e3 * v for v in _mean_min_max([r.run.summary.get("time/compute_s", math.nan) for r in s.runs])]])
+            *[1e3 * v for v in _mean_min_max([r.run.summary.get("time/compute_s", math.nan) for r in s.runs])]]
+
+
+def style(axes, series: list[Series], cluster: str, target: float) -> None:
+    """The four panels' target line, labels, titles and limits."""
     for ax in axes[1:3]:
         ax.axhline(target, color="k", ls=":", lw=0.8)
     axes[0].set(xlabel="epoch", ylabel="training loss (mean over the P workers)", yscale="log",
@@ -246,15 +278,6 @@ def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, l
         ax.xaxis.label.set_fontsize(8)
         ax.yaxis.label.set_fontsize(8)
         ax.tick_params(labelsize=7)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
-    quick = "QUICK PREVIEW, not the full figure (make figs-quick). " if info["profile"] == "quick" else ""
-    compute = [1e3 * r.run.summary.get("time/compute_s", math.nan) for s in series for r in s.runs]
-    fig.suptitle(f"{quick}{info['title']}\n{setting_line(first.run, n_seeds, steps)}\nmodelled time = this machine's "
-                 f"measured compute, compression and update (compute per worker and step: {min(compute):.1f}-"
-                 f"{max(compute):.1f} ms over the runs; the spread is the machine's load) + alpha-beta "
-                 f"communication on {cluster}", fontsize=9)
-    fig.tight_layout(rect=(0, 0.03 + 0.022 * ((len(series) + 1) // 2), 1, 1))
-    return fig, rows, summary
 
 
 def _mean_min_max(values: list[float]) -> list:
@@ -322,6 +345,34 @@ def main(argv: list[str] | None = None) -> int:
     for p in (path, phases):
         print(f"wrote {p}")
     return 0
+
+
+
+def findings(out: Path) -> list[str]:
+    """README tables from convergence_summary.csv: per panel and scheme, densities, accuracy, steps and time
+    to the target."""
+    rows = read_rows(out, "convergence_summary") or []
+    lines = []
+    for fig in dict.fromkeys(r["figure"] for r in rows):
+        rs = [r for r in rows if r["figure"] == fig]
+        r0 = rs[0]
+        lines += [f"- `{fig}`: {r0['seeds']} seeds, {r0['steps']} steps, target {float(r0['target_acc']):g} validation "
+                  f"accuracy; mean [min, max] over seeds; modelled time on {r0['cluster']} (this machine's measured "
+                  "compute + alpha-beta communication; the communication part in parentheses)", "",
+                  "  | scheme | density configured / achieved (after warm-up) | final val acc | best val acc | "
+                  "seeds reaching target | steps to target | modelled s to target (comm s) |",
+                  "  |---|---|---|---|---|---|---|"]
+        for r in rs:
+            dens = "1 / 1" if r["scheme"] == "dense" else \
+                f"{float(r['density']):.3g} / {float(r['density_achieved_mean']):.3g} " \
+                f"({float(r['density_achieved_after_warmup']):.3g})"
+            comm = f" ({float(r['comm_to_target_s_mean']):.2f})" if r["comm_to_target_s_mean"] else ""
+            lines.append(f"  | {r['label']} | {dens} | {mean_range(r, 'final_val_acc')} | "
+                         f"{float(r['best_val_acc_mean']):.3f} | {r['reached']} | "
+                         f"{mean_range(r, 'steps_to_target', '.0f')} | "
+                         f"{mean_range(r, 'time_to_target_s', '.2f')}{comm} |")
+        lines.append("")
+    return lines
 
 
 if __name__ == "__main__":

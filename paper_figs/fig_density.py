@@ -6,7 +6,7 @@ The density-sensitivity experiment of the gTop-k paper (Shi, Wang, Chu, Li, Tang
 "A Distributed Synchronous SGD Algorithm with Global Top-k Sparsification for Low Bandwidth Networks",
 ICDCS 2019, arXiv:1901.04359, Section 5, the convergence at densities 0.001, 0.0005, 0.0001), widened to
 densities 1 ... 0.0001 and to Top-k and Gaussian-k. Reads the runs paper_figs/runs.py trains from
-figures.yaml's `density` section (run_info.json with kind "density"): per seed, one dense run (density 1,
+the `sweep` of figures.yaml's `density` entry (run_info.json with kind "density"): per seed, one dense run (density 1,
 the point every scheme shares) and every (scheme, density) with the same warm-ups.
 
 Panels: final validation accuracy (after the last step) vs configured density, mean over seeds with a
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fig_convergence import ORDER, SeedRun, info_of
-from figlib import OUT, RUNS, Run, fail, find_runs, plt, save
+from figlib import OUT, RUNS, Run, fail, find_runs, mean_range, plt, read_rows, save
 
 HEADER = ["scheme", "label", "density", "seeds", "density_achieved_mean", "density_achieved_min",
           "density_achieved_max", "density_achieved_after_warmup", "steps", "final_val_acc_mean", "final_val_acc_min",
@@ -163,6 +163,26 @@ def main(argv: list[str] | None = None) -> int:
     for path in save(draw(info, rows), Path(args.out), "fig_density", HEADER, rows):
         print(f"wrote {path}")
     return 0
+
+
+
+def findings(out: Path) -> list[str]:
+    """fig_density.csv as a table: per scheme and density, achieved density, final accuracy, time to the target."""
+    rows = read_rows(out, "fig_density") or []
+    if not rows:
+        return []
+    r0 = rows[0]
+    lines = [f"- {r0['seeds']} seeds, {r0['steps']} steps, target {float(r0['target_acc']):g} validation accuracy; "
+             f"mean [min, max] over seeds (time: over the seeds reaching it); modelled time on {r0['cluster']}; "
+             "density 1 is the dense runs, shared by every scheme", "",
+             "  | scheme | density configured / achieved (after warm-up) | final val acc | seeds reaching target | "
+             "steps to target | modelled s to target |", "  |---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"  | {r['label']} | {float(r['density']):g} / {float(r['density_achieved_mean']):.3g} "
+                     f"({float(r['density_achieved_after_warmup']):.3g}) | {mean_range(r, 'final_val_acc')} | "
+                     f"{r['reached']} | {mean_range(r, 'steps_to_target', '.0f')} | "
+                     f"{mean_range(r, 'time_to_target_s', '.2f') if r['time_to_target_s_mean'] else 'not reached'} |")
+    return lines + [""]
 
 
 if __name__ == "__main__":

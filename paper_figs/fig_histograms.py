@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import norm
 
 import analysis as an
-from figlib import OUT, RUNS, Run, find_runs, plt, require, save, write_csv
+from figlib import OUT, RUNS, Run, find_runs, plt, read_rows, require, save, write_csv
 
 MAX_PANELS = 4
 
@@ -112,6 +114,25 @@ def main(argv: list[str] | None = None) -> int:
     for path in [*written, out / "fig_histograms_stats.csv"]:
         print(f"wrote {path}")
     return 0
+
+
+
+def findings(out: Path) -> list[str]:
+    """README lines from fig_histograms_stats.csv: per model, the kurtosis and the tail share at the first and
+    last snapshot."""
+    rows = read_rows(out, "fig_histograms_stats")
+    by_model: dict[str, list[dict]] = defaultdict(list)
+    for r in rows or []:
+        by_model[r["model"]].append(r)
+    lines = []
+    for model, rs in sorted(by_model.items()):
+        first, last = rs[0], rs[-1]
+        lines.append(f"- {model} ({first['scheme']}, rho = {first['density']}): kurtosis {float(first['kurtosis']):.1f} at "
+                     f"step {first['step']}, {float(last['kurtosis']):.1f} at step {last['step']} (normal: 3); entries "
+                     f"beyond Gaussian-k's first threshold mean + {norm.ppf(1 - float(first['density']) / 2):.2f} std: "
+                     f"{float(first['tail_share_ratio']):.2f} k, then {float(last['tail_share_ratio']):.2f} k "
+                     "(normal: 1 k)")
+    return lines
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
     python paper_figs/fig_selection.py [--out DIR] [--results-dir DIR] [--sizes D ...] [--density R]
                                        [--reps ROUNDS] [--devices ...] [--quick] [--runs RUNS]
-    (default DIR: paper_figs/out; sizes 1e5 1e6 1e7 2.5e7; density 0.001; ~1-2 min on 2 quiet cores;
-    --quick: 1e5 and 1e6, 3 rounds, ~15 s; --runs: also the real-u part below, ~1 min more)
+    (default DIR: paper_figs/out; sizes 1e5 1e6 1e7 2.5e7; density 0.001;
+    --quick: 1e5 and 1e6, 3 rounds; --runs: also the real-u part below)
 
 The Top-k paper's motivation (Shi, Chu, Cheung, See, "Understanding Top-k Sparsification in
 Distributed Deep Learning", arXiv:1911.08772): exact top-k costs O(d log k) and is slow on GPUs,
@@ -52,7 +52,7 @@ from types import ModuleType
 import torch
 
 from fig_histograms import load_u, pick_runs
-from figlib import OUT, fail, find_runs, plt, save
+from figlib import OUT, fail, find_runs, plt, read_rows, save
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "fig_selection"
@@ -343,6 +343,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {len(written)} files to {out} and {args.results_dir / 'selection.json'} in "
           f"{time.perf_counter() - t0:.1f} s ({os.cpu_count()} CPUs)")
     return 0
+
+
+
+def findings(out: Path) -> list[str]:
+    """README lines from fig_selection*.csv: speed-ups over exact Top-k at the largest d, entries sent on real u."""
+    rows = read_rows(out, "fig_selection") or []
+    lines = []
+    for device, dist in sorted({(r["device"], r["dist"]) for r in rows}):
+        rs = [r for r in rows if (r["device"], r["dist"]) == (device, dist)]
+        d = max(int(r["d"]) for r in rs)
+        at = {r["method"]: r for r in rs if int(r["d"]) == d}
+        speed = ", ".join(f"{m} {float(r['topk_over_method']):.1f}x" for m, r in at.items() if m != "topk")
+        dens = ", ".join(f"{m} {float(r['density_mean']) / float(r['density_target']):.3f} k" for m, r in at.items()
+                         if m not in ("topk", "randomk"))
+        lines.append(f"- {device}, u ~ {dist}, d = {d:,}: exact Top-k {float(at['topk']['median_ms']):.0f} ms; "
+                     f"speed-up over it: {speed}; entries sent: {dens}")
+    real = read_rows(out, "fig_selection_real") or []
+    for density in sorted({float(r["density"]) for r in real}):
+        for method in ("gaussiank", "dgcsampling_scaled"):
+            sent = [r for r in real if float(r["density"]) == density and r["method"] == method]
+            runs = [float(r["k_sent_over_k"]) for r in sent if r["source"] == "run"]
+            ref = ", ".join(f"u ~ {r['model']} {float(r['k_sent_over_k']):.2f} k" for r in sent
+                            if r["source"] == "synthetic")
+            if runs:
+                lines.append(f"- real u (FNN-3, SmallCNN snapshots), density {density:g}: {method} sends "
+                             f"{min(runs):.2f}-{max(runs):.2f} k (mean over calls); reference {ref}")
+    return lines
 
 
 if __name__ == "__main__":

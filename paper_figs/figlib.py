@@ -41,6 +41,23 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
         w.writerows(rows)
 
 
+def read_rows(out: Path, stem: str) -> list[dict] | None:
+    """The rows of out/stem.csv (a figure's CSV, for its README findings); None when it is not there."""
+    path = Path(out) / f"{stem}.csv"
+    if not path.exists():
+        return None
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def mean_range(row: dict, key: str, fmt: str = ".3f") -> str:
+    """"mean [min, max]" of the columns key_mean, key_min, key_max of a summary row; "-" when empty."""
+    if not row[f"{key}_mean"]:
+        return "-"
+    mean, lo, hi = (float(row[f"{key}_{x}"]) for x in ("mean", "min", "max"))
+    return f"{mean:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 

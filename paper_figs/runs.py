@@ -4,14 +4,15 @@
                               [--only NAME ...] [--jobs N] [--force] [--fresh] [--list]
 
 Each run is `src/train.py` with an experiment file of experiments/ and a few overrides, written to
-<out>/<name>:
-- the analysis runs (histograms, bounds): short Top-k / gTop-k runs with capture on, on the embedded
-  real MNIST digits and on synthetic PTB-shaped tokens;
-- the convergence runs: every series of every figure of paper_figs/figures.yaml, once per seed of the
-  profile (`full`: 3 seeds, `quick`: 2 seeds and 300 steps; the quick profile trains only these), into
-  <out>/convergence/<figure>/<series>_s<seed>;
-- the density runs (figures.yaml's `density`, full profile only): every scheme at every density, and one
+<out>/<name>; which runs is the registry's (paper_figs/figures.yaml, `load_figures`):
+- every entry's `runs` (full profile only; e.g. the histograms' and bounds' short Top-k / gTop-k runs with
+  capture on, on the embedded real MNIST digits and on synthetic PTB-shaped tokens), into <out>/<name>;
+- the convergence runs: every series of every panel, once per seed of the profile (`full`: 3 seeds,
+  `quick`: 2 seeds and 300 steps; the quick profile trains only these), into
+  <out>/convergence/<panel>/<series>_s<seed>;
+- the density runs (the `sweep`, full profile only): every scheme at every density, and one
   dense run (density 1) per seed, into <out>/density/<scheme>_d<density>_s<seed> and <out>/density/dense_s<seed>.
+`--figure NAME` trains the runs the entry NAME reads (its own and those of its `reads`).
 A run whose summary.json exists and whose saved config equals the one its experiment file and overrides
 compose to now is kept (rerun with --force, e.g. after changing src/), so an interrupted `make figs`
 resumes and an edited experiment file retrains only its runs. `--jobs N` trains N runs at once, each with one
@@ -40,28 +41,11 @@ import yaml
 
 import analysis as an
 import forked
+import registry
 from figlib import ROOT, RUNS, fail, read_jsonl
 
-FIGURES_FILE = ROOT / "paper_figs" / "figures.yaml"
+FIGURES_FILE = registry.FIGURES_FILE
 TRAIN_PY = ROOT / "src" / "train.py"
-HIST = ["-cn", "topk_histograms_laptop", "hydra.mode=RUN"]
-LSTM = ["model=lstm", "dataset=synthetic_ptb", "dataset.vocab_size=2000", "trainer.epochs=3",
-        "capture.u_steps=[1,8,24]", "trainer.grad_clip=0.25"]
-# name -> (experiment and overrides, the figures that read it, expected seconds on 2 quiet cores)
-ANALYSIS: dict[str, tuple[list[str], tuple[str, ...], float]] = {
-    "hist_fnn3_d0.001": (HIST, ("histograms", "bounds", "selection"), 15),
-    "hist_cnn_d0.001": ([*HIST, "model=cnn"], ("histograms", "bounds", "selection"), 40),
-    "hist_lstm_d0.001": ([*HIST, *LSTM], ("histograms", "bounds"), 40),
-    "bounds_fnn3_d0.01": ([*HIST, "compressor.density=0.01"], ("bounds",), 15),
-    "bounds_fnn3_d0.05": ([*HIST, "compressor.density=0.05"], ("bounds",), 15),
-    "bounds_fnn3_gtopk_d0.001": ([*HIST, "compressor=gtopk"], ("bounds",), 15),
-    # where (1 - k/d)^2 and 1 - k/d differ (issue 26): FNN-3 at every density, SmallCNN and LSTM at 0.01, 0.1, 0.3
-    **{f"bounds_fnn3_d{rho}": ([*HIST, f"compressor.density={rho}"], ("bounds",), 15) for rho in (0.1, 0.2, 0.3)},
-    **{f"bounds_cnn_d{rho}": ([*HIST, "model=cnn", f"compressor.density={rho}"], ("bounds",), 40)
-       for rho in (0.01, 0.1, 0.3)},
-    **{f"bounds_lstm_d{rho}": ([*HIST, *LSTM, f"compressor.density={rho}"], ("bounds",), 40)
-       for rho in (0.01, 0.1, 0.3)},
-}
 PROFILES = ("full", "quick")
 FIXED = ["wandb.mode=disabled", "trainer.progress=false"]   # added to every run
 
@@ -79,42 +63,77 @@ class Job:
 
 
 def load_figures(path: Path = FIGURES_FILE) -> dict:
-    """paper_figs/figures.yaml, checked: every figure names an experiment file, a target and its series."""
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        fail(f"{path}: cannot read the figure plan ({err})")
-    for key in ("profiles", "figures", "startup_s"):
-        if not isinstance(spec, dict) or key not in spec:
-            fail(f"{path}: missing key '{key}'")
-    for name, fig in spec["figures"].items():
-        for key in ("title", "experiment", "target_acc", "step_s", "series"):
-            if key not in fig:
-                fail(f"{path}: figures.{name} lacks '{key}'")
-        extra = fig.get("overrides", [])
-        if not isinstance(extra, list) or not all(isinstance(o, str) for o in extra):
-            fail(f"{path}: figures.{name}.overrides={extra!r}: must be a list of override strings")
-        if not (ROOT / "experiments" / f"{fig['experiment']}.yaml").is_file():
-            fail(f"{path}: figures.{name}.experiment={fig['experiment']!r}: no experiments/{fig['experiment']}.yaml")
-        for series, s in fig["series"].items():
-            dep = s.get("density_from")
-            if dep is not None and (dep not in fig["series"] or "density_from" in fig["series"][dep]):
-                fail(f"{path}: figures.{name}.series.{series}.density_from={dep!r}: must name another series of "
-                     f"the figure that has no density_from itself")
-    dens = spec.get("density")
-    if dens is not None:
-        for key in ("title", "experiment", "target_acc", "step_s", "steps", "densities", "dense", "schemes"):
-            if key not in dens:
-                fail(f"{path}: density lacks '{key}'")
-        if not (ROOT / "experiments" / f"{dens['experiment']}.yaml").is_file():
-            fail(f"{path}: density.experiment={dens['experiment']!r}: no experiments/{dens['experiment']}.yaml")
-        bad = [d for d in dens["densities"] if not (isinstance(d, (int, float)) and 0 < d < 1)]
-        if bad or not dens["densities"]:
-            fail(f"{path}: density.densities={dens['densities']!r}: a non-empty list of numbers in (0, 1)")
+    """The training plan of paper_figs/figures.yaml (`registry.load`), checked: `profiles`, `startup_s`,
+    `figures` (the convergence panels: each names an experiment file, a target and its series), `density`
+    (the sweep, or None), `analysis` (every entry's `runs`: name -> (overrides, the entries that read it,
+    expected seconds)) and `owners` (the entries of the panels and of the sweep)."""
+    spec = registry.load(path)
+    entries = registry.entries(spec)
+    owner = {key: next((e.name for e in entries if key in e.spec), None) for key in ("panels", "sweep")}
+    plan = {"profiles": spec["profiles"], "startup_s": spec["startup_s"], "analysis": analysis_runs(path, entries),
+            "figures": spec["figures"][owner["panels"]]["panels"] if owner["panels"] else {},
+            "density": spec["figures"][owner["sweep"]]["sweep"] if owner["sweep"] else None,
+            "owners": {"convergence": owner["panels"] or "convergence", "density": owner["sweep"] or "density"}}
+    for name, fig in plan["figures"].items():
+        check_panel(path, name, fig)
+    if plan["density"] is not None:
+        check_sweep(path, plan["density"])
     for name in PROFILES:
         if name not in spec["profiles"]:
             fail(f"{path}: profiles lacks '{name}'")
-    return spec
+    return plan
+
+
+def flat(overrides: list) -> list[str]:
+    """An entry's override list with its nested lists (YAML aliases) spliced in."""
+    return [o for item in overrides for o in (flat(item) if isinstance(item, list) else [item])]
+
+
+def analysis_runs(path: Path, entries: list) -> dict[str, tuple[list[str], tuple[str, ...], float]]:
+    """name -> (overrides, the entries that read it: its own first, then those whose `reads` name it,
+    expected seconds) of every entry's `runs`, in the registry's order."""
+    runs: dict[str, tuple[list[str], list[str], float]] = {}
+    for e in entries:
+        for name, run in e.spec.get("runs", {}).items():
+            if name in runs or not (ROOT / "experiments" / f"{run['experiment']}.yaml").is_file():
+                fail(f"{path}: figures.{e.name}.runs.{name}: a second definition, or no experiments/"
+                     f"{run['experiment']}.yaml")
+            runs[name] = (["-cn", run["experiment"], "hydra.mode=RUN", *flat(run.get("overrides", []))],
+                          [e.name], float(run["est_s"]))
+        for name in e.spec.get("reads", []):
+            if name not in runs:
+                fail(f"{path}: figures.{e.name}.reads: {name!r} is no run of an earlier entry")
+            runs[name][1].append(e.name)
+    return {name: (o, tuple(f), est) for name, (o, f, est) in runs.items()}
+
+
+def check_panel(path: Path, name: str, fig: dict) -> None:
+    """A convergence panel names an experiment file, a target, its series and their density_from."""
+    for key in ("title", "experiment", "target_acc", "step_s", "series"):
+        if key not in fig:
+            fail(f"{path}: panels.{name} lacks '{key}'")
+    extra = fig.get("overrides", [])
+    if not isinstance(extra, list) or not all(isinstance(o, str) for o in extra):
+        fail(f"{path}: panels.{name}.overrides={extra!r}: must be a list of override strings")
+    if not (ROOT / "experiments" / f"{fig['experiment']}.yaml").is_file():
+        fail(f"{path}: panels.{name}.experiment={fig['experiment']!r}: no experiments/{fig['experiment']}.yaml")
+    for series, s in fig["series"].items():
+        dep = s.get("density_from")
+        if dep is not None and (dep not in fig["series"] or "density_from" in fig["series"][dep]):
+            fail(f"{path}: panels.{name}.series.{series}.density_from={dep!r}: must name another series of "
+                 f"the panel that has no density_from itself")
+
+
+def check_sweep(path: Path, dens: dict) -> None:
+    """The density sweep names an experiment file, its densities in (0, 1) and its schemes."""
+    for key in ("title", "experiment", "target_acc", "step_s", "steps", "densities", "dense", "schemes"):
+        if key not in dens:
+            fail(f"{path}: sweep lacks '{key}'")
+    if not (ROOT / "experiments" / f"{dens['experiment']}.yaml").is_file():
+        fail(f"{path}: sweep.experiment={dens['experiment']!r}: no experiments/{dens['experiment']}.yaml")
+    bad = [d for d in dens["densities"] if not (isinstance(d, (int, float)) and 0 < d < 1)]
+    if bad or not dens["densities"]:
+        fail(f"{path}: sweep.densities={dens['densities']!r}: a non-empty list of numbers in (0, 1)")
 
 
 def steps_of(overrides: list[str], default: int) -> int:
@@ -147,7 +166,8 @@ def convergence_jobs(spec: dict, profile: str) -> list[Job]:
                         "seed": seed, "profile": profile, "target_acc": fig["target_acc"]}
                 deps = [f"convergence/{fig_name}/{s['density_from']}_s{x}" for x in prof["seeds"]] \
                     if "density_from" in s else []
-                job = Job(f"convergence/{fig_name}/{series}_s{seed}", overrides, ("convergence",), est, info, deps)
+                job = Job(f"convergence/{fig_name}/{series}_s{seed}", overrides, (spec["owners"]["convergence"],), est,
+                          info, deps)
                 (later if deps else first).append(job)
     return first + later
 
@@ -177,7 +197,7 @@ def density_jobs(spec: dict, profile: str) -> list[Job]:
                     "label": s["label"], "seed": seed, "profile": profile, "target_acc": dens["target_acc"],
                     "density": rho}
             est = spec["startup_s"] + dens["step_s"] * steps_of(overrides, dens["steps"])
-            jobs.append(Job(name, overrides, ("density",), est, info))
+            jobs.append(Job(name, overrides, (spec["owners"]["density"],), est, info))
     return jobs
 
 
@@ -186,7 +206,7 @@ def plan(profile: str, spec: dict) -> list[Job]:
     runs that take another run's density come after all the rest."""
     if profile == "quick":
         return convergence_jobs(spec, profile)
-    jobs = [Job(n, o, f, e) for n, (o, f, e) in ANALYSIS.items()] + convergence_jobs(spec, profile) \
+    jobs = [Job(n, o, f, e) for n, (o, f, e) in spec["analysis"].items()] + convergence_jobs(spec, profile) \
         + density_jobs(spec, "full")
     return sorted(jobs, key=lambda j: bool(j.density_from))        # stable: the order is kept otherwise
 

@@ -1,4 +1,4 @@
-"""`make gpu-check`: every CUDA path of the lab in one command, with a table of what passed (3 min on one H200).
+"""`make gpu-check`: every CUDA path of the lab in one command, with a table of what passed.
 
     .venv/bin/python scripts/gpu_check.py [--out DIR]
 

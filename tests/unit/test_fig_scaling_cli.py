@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ssgd.perf.iteration import Profile
+from ssgd.perf.paper import paper_model
 from ssgd.tools.measure import measure_profile
 from tests.conftest import ROOT, paper_script
 
@@ -123,9 +124,8 @@ def test_naive_and_pinned_predictors_score_as_the_calibrated_fit(calibrated):
     measured testbed link each get 6 of 15 pairs within 25 % at both P = 16 and 32, as the calibrated fit
     does, but not the same 6 (docs/scaling-model.md)."""
     errors = rows_of(calibrated / "scaling_calibrated_errors.csv")
-    fig = load_fig_scaling()
     for r in errors:
-        pm = fig.paper_model(r["model"])
+        pm = paper_model(r["model"])
         t4, t8, t16, t32 = pm.seconds(r["scheme"])
         assert float(r["mean_error_P32"]) == pytest.approx((t4 + t8) / 2 / t32 - 1, rel=1e-9)
         assert float(r["logline_error_P16"]) == pytest.approx((t4 + 2 * (t8 - t4)) / t16 - 1, rel=1e-9)
@@ -160,12 +160,12 @@ def test_counts_line_is_printed_and_link_from_sets_the_pinned_link(calibrated, t
 
 
 def test_calibrated_points_are_the_iteration_model_with_the_fitted_constants(calibrated):
-    fig = load_fig_scaling()
+    fig = paper_script("scaling_calibrated")
     points = rows_of(calibrated / "scaling_calibrated_points.csv")
     consts = {r["model"]: r for r in rows_of(calibrated / "scaling_calibrated_constants.csv")}
     assert len(points) == 5 * 3 * 4 and {r["role"] for r in points} == {"fit", "held-out"}
     for r in points:
-        pm = fig.paper_model(r["model"])
+        pm = paper_model(r["model"])
         t = pm.seconds(r["scheme"])[fig.P_SCALING.index(int(r["P"]))]
         assert float(r["paper_s"]) == pytest.approx(t)
         c = consts[r["model"]]

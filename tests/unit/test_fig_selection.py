@@ -175,8 +175,7 @@ def test_real_u_fails_with_one_line(tmp_path, capsys):
 
 
 def test_readme_names_the_real_u_counts(tmp_path):
-    """paper_figs/readme.py's fig_selection findings: the min-max k_sent / k over the run snapshots, and the references."""
-    readme = paper_script("readme")
+    """fig_selection's README findings: the min-max k_sent / k over the run snapshots, and the references."""
     fig = load_fig_selection()
     blank = dict.fromkeys(fig.REAL_COLUMNS, "")
     rows = [{**blank, "source": s, "model": m, "density": "0.01", "method": "gaussiank", "k_sent_over_k": x}
@@ -185,7 +184,7 @@ def test_readme_names_the_real_u_counts(tmp_path):
         w = csv.DictWriter(f, fig.REAL_COLUMNS)
         w.writeheader()
         w.writerows(rows)
-    assert readme.selection_findings(tmp_path) == [
+    assert fig.findings(tmp_path) == [
         "- real u (FNN-3, SmallCNN snapshots), density 0.01: gaussiank sends 0.50-8.25 k (mean over calls); "
         "reference u ~ laplace 6.47 k"]
 

@@ -312,7 +312,7 @@ def load_fig_scaling():
 
 
 def test_paper_closed_forms_match_the_derived_table():
-    fig = load_fig_scaling()
+    fig = paper_script("scaling_comm")
     curves = fig.comm_curves(GBE)
     i = fig.P_COMM.index(32)      # the paper's closed forms at m = 25 * 2^20, rho = 0.001, P = 32, milliseconds
     assert curves["paper: gTop-k 2a logP + 4k logP b (old)"][i] * 1e3 == pytest.approx(23.2, abs=0.06)

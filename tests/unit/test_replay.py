@@ -127,7 +127,7 @@ def test_paper_points_only_at_the_papers_P():
     assert bench.paper_point("resnet20", "gtopk", 4) == pytest.approx(0.995, abs=5e-4)
 
 
-fig_scaling = paper_script("fig_scaling")
+scaling_efficiency = paper_script("scaling_efficiency")
 
 
 def test_measured_points_are_read_from_the_bench_csv(tmp_path):
@@ -138,12 +138,12 @@ def test_measured_points_are_read_from_the_bench_csv(tmp_path):
         w.writerows([{"profile": "resnet20", "scheme": "gtopk", "P": 4, "status": "ok", "eff_testbed": 0.7},
                      {"profile": "resnet20", "scheme": "gtopk", "P": 2, "status": "ok", "eff_testbed": 0.8},
                      {"profile": "resnet20", "scheme": "dense", "P": 4, "status": "timed out", "eff_testbed": ""}])
-    assert fig_scaling.load_measured(path) == {("resnet20", "gtopk"): [(2, 0.8), (4, 0.7)]}
-    assert fig_scaling.load_measured(tmp_path / "absent.csv") == {}
+    assert scaling_efficiency.load_measured(path) == {("resnet20", "gtopk"): [(2, 0.8), (4, 0.7)]}
+    assert scaling_efficiency.load_measured(tmp_path / "absent.csv") == {}
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="bad.csv: needs the columns"):
-        fig_scaling.load_measured(bad)
+        scaling_efficiency.load_measured(bad)
 
 
 def test_the_trainer_runs_a_replay_model_and_sends_the_profiles_k(tmp_path):

@@ -1,0 +1,153 @@
+"""(a) fig_scaling_efficiency: eff(P) = v_P / v_1 (`realdata_speedup`) for dense (no overlap, as the
+trainer; and layer-wise WFBP), Top-k, gTop-k and Gaussian-k, P = 4 ... 1024 (P > 32 extrapolated), for
+each profile on 1 GbE and 10 GbE (conf/cluster/32x1gbe.yaml, 32x10gbe.yaml); the paper's efficiencies as
+markers; the calibrated curves (dash-dot, 1 GbE row; scaling_calibrated.py) when given; and the
+efficiencies measured on the testbed's 1 Gbit links in replay mode (filled markers, 1 GbE row, P <= the
+testbed's hosts; `make bench-testbed-replay`): the paper's GPU compute and selection times, the real
+trainer's communication over real links.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from figlib import save  # noqa: E402
+from scaling_model import COLOR, P_MODEL, PAPER_LABEL, ROOT, SCHEMES, density_label, model_scheme  # noqa: E402
+from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
+from ssgd.perf.iteration import scaling_efficiency  # noqa: E402
+from ssgd.perf.paper import P_SCALING, SCALING_SCHEMES, paper_model  # noqa: E402
+
+MEASURED = ROOT / "paper_figs" / "measured" / "testbed_replay_1gbit.csv"   # tracked copy of the replay bench's CSV
+COLUMNS = ["profile", "network", "source", "scheme", "P", "efficiency", "per_worker_samples_per_s"]
+
+
+def load_measured(path: Path | None) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """{(profile, scheme): [(P, eff_testbed), ...]} of a `bench/testbed_replay.py` CSV (its ok rows); empty
+    when `path` is None or missing. ValueError naming the file when it lacks the columns."""
+    if path is None or not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    need = {"profile", "scheme", "P", "status", "eff_testbed"}
+    if rows and not need <= set(rows[0]):
+        raise ValueError(f"--measured {path}: needs the columns {', '.join(sorted(need))} "
+                         "(a CSV of make bench-testbed-replay)")
+    got: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            got.setdefault((r["profile"], r["scheme"]), []).append((int(r["P"]), float(r["eff_testbed"])))
+    return {key: sorted(points) for key, points in got.items()}
+
+
+
+def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path,
+                   calibrations: dict | None = None,
+                   measured: dict[tuple[str, str], list[tuple[int, float]]] | None = None) -> list[Path]:
+    """fig_scaling_efficiency.{png,pdf,csv}: one panel per (network, profile); `calibrations` maps a
+    profile name to its `scaling_calibrated.Calibration`, `measured` is `load_measured`'s."""
+    calibrations, measured = calibrations or {}, measured or {}
+    rows: list[list] = []
+    fig, axes = plt.subplots(len(nets), len(profs), figsize=(3.3 * len(profs), 3.0 * len(nets)),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, (net_name, net) in enumerate(nets):
+        for j, prof in enumerate(profs):
+            ax, pm = axes[i][j], paper_model(prof.name)
+            rows += model_curves(ax, prof, net_name, net)
+            if net_name == "1GbE":
+                rows += paper_markers(ax, prof, pm, net_name)
+                rows += calibrated_curves(ax, prof, pm, net_name, calibrations.get(prof.name))
+                rows += measured_markers(ax, prof, net_name, measured)
+            style_panel(ax, prof, pm, net_name, bottom=i == len(nets) - 1, left=j == 0)
+    legend_and_title(fig, axes, bool(calibrations), bool(measured))
+    return save(fig, out, "fig_scaling_efficiency", COLUMNS, rows)
+
+
+def model_curves(ax, prof, net_name: str, net: AlphaBeta) -> list[list]:
+    """The model's efficiency of every scheme of SCHEMES over P_MODEL; their CSV rows."""
+    rows = []
+    for scheme, label, color, style in SCHEMES:
+        eff = [scaling_efficiency(prof, model_scheme(scheme, prof.d), net, P) for P in P_MODEL]
+        ax.plot(P_MODEL, np.array(eff) * 100, style, color=color, label=f"model: {label}", lw=1.4)
+        rows += [[prof.name, net_name, "model", scheme, P, e, prof.batch_size / prof.single_worker_seconds() * e]
+                 for P, e in zip(P_MODEL, eff)]
+    return rows
+
+
+def paper_markers(ax, prof, pm, net_name: str) -> list[list]:
+    """The paper's efficiencies (open markers) of a profile named like a paper model."""
+    rows: list[list] = []
+    if pm is None:
+        return rows
+    for scheme, marker in (("dense", "o"), ("topk", "s"), ("gtopk", "^")):
+        eff = pm.efficiency(scheme)
+        ax.plot(P_SCALING, np.array(eff) * 100, marker, color=COLOR[scheme], mfc="none", ms=6,
+                label=f"paper: {PAPER_LABEL[scheme]}")
+        rows += [[prof.name, net_name, "paper", scheme, P, e, pm.v1 * e] for P, e in zip(P_SCALING, eff)]
+    return rows
+
+
+def calibrated_curves(ax, prof, pm, net_name: str, cal) -> list[list]:
+    """The calibrated model's efficiencies (dash-dot) at the paper's P, when the profile has a calibration."""
+    rows: list[list] = []
+    if cal is None:
+        return rows
+    for scheme in SCALING_SCHEMES:
+        eff = [cal.efficiency(scheme, P) for P in P_SCALING]
+        ax.plot(P_SCALING, np.array(eff) * 100, "-.", color=COLOR[scheme], lw=1.0, marker="x", ms=4,
+                label=f"calibrated (fit P = 4, 8): {PAPER_LABEL[scheme]}")
+        rows += [[prof.name, net_name, "calibrated", scheme, P, e, pm.v1 * e] for P, e in zip(P_SCALING, eff)]
+    return rows
+
+
+def measured_markers(ax, prof, net_name: str, measured: dict) -> list[list]:
+    """The testbed's replayed efficiencies (stars) of the profile, where the CSV has them."""
+    rows: list[list] = []
+    for scheme in SCALING_SCHEMES:
+        points = measured.get((prof.name, scheme), [])
+        if points:
+            ps, eff = zip(*points)
+            ax.plot(ps, np.array(eff) * 100, "*", color=COLOR[scheme], ms=9, ls="none",
+                    label=f"testbed, replay: {PAPER_LABEL[scheme]}")
+            rows += [[prof.name, net_name, "testbed", scheme, P, e, prof.batch_size / prof.single_worker_seconds() * e]
+                     for P, e in points]
+    return rows
+
+
+def style_panel(ax, prof, pm, net_name: str, bottom: bool, left: bool) -> None:
+    """Log axes, the extrapolated range in grey, the panel's title and the outer labels."""
+    ax.axvspan(32, P_MODEL[-1], color="0.92", zorder=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([4, 16, 64, 256, 1024])
+    ax.set_xticklabels(["4", "16", "64", "256", "1024"])
+    ax.set_yscale("log")
+    ax.set_ylim(0.3, 130)
+    ax.set_yticks([0.5, 1, 2, 5, 10, 20, 50, 100])
+    ax.set_yticklabels(["0.5", "1", "2", "5", "10", "20", "50", "100"])
+    ax.grid(True, which="major", alpha=0.3)
+    title = pm.title if pm is not None else prof.name
+    ax.set_title(f"{title}, bs {prof.batch_size}\n{net_name}", fontsize=9)
+    if bottom:
+        ax.set_xlabel("workers P (grey: extrapolated)")
+    if left:
+        ax.set_ylabel("scaling efficiency (%)")
+
+
+def legend_and_title(fig, axes, calibrated: bool, measured: bool) -> None:
+    """One legend with every label once (whichever panel has it) and the figure's title."""
+    legend: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=4, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.09 if calibrated else -0.06))
+    fig.suptitle(f"Scaling efficiency v_P / v_1, rho = {density_label()} (markers: gTop-k paper, 1 GbE, P <= 32"
+                 + ("; dash-dot: alpha-beta model calibrated to the paper's P = 4, 8" if calibrated else "")
+                 + ("; stars: measured on the testbed's 1 Gbit links, compute replayed)" if measured else ")"),
+                 fontsize=10)
+    fig.tight_layout()
