@@ -109,8 +109,9 @@ def compressor_config(name: str) -> DictConfig:
 T = TypeVar("T")
 
 
-def built(key: str, make: Callable[[], T], node: Any = None) -> T:
-    """make(), with a failure turned into a one-line ConfigError about config node `key`.
+def config_errors(key: str, make: Callable[[], T], node: Any = None) -> T:
+    """make(), with a failure turned into a one-line ConfigError about config node `key`: the translator from a
+    constructor's errors to the config's.
 
     A `BadArgument` ("name=value: reason") from a constructor becomes "key.name=value: reason" when `name`
     is a key of `node`; any other ValueError/TypeError message becomes "key: message". ConfigErrors pass.
@@ -133,6 +134,9 @@ def built(key: str, make: Callable[[], T], node: Any = None) -> T:
     message = str(failure).strip()
     message = message.splitlines()[0] if message else "invalid value"
     raise ConfigError(f"{key}: {message}") from None
+
+
+built = config_errors       # the same function under the name ssgd.loop.sync imports
 
 
 @dataclass

@@ -14,7 +14,7 @@ same `ssgd.comm.driver.run_program`; only how each operation is carried out diff
     states the bound).
 
 Bytes and messages are counted with the same functions as the in-process executor. Importing this
-module initialises MPI: only `ssgd.run.worker_mpi` and MPI tests import it (a process inside MPI cannot
+module initialises MPI: only a rank of backend=mpi (`ssgd.run.worker`) and MPI tests import it (a process inside MPI cannot
 launch `mpiexec`).
 """
 from __future__ import annotations
