@@ -175,11 +175,18 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     with stopper.installed():
         status = stopper.wait()
     reader.join(timeout=5)
-    reported = read_ended(ended)
+    raise_ending(status, stopper, relay, read_ended(ended), P)
+
+
+def raise_ending(status: int, stopper: JobStopper, relay: OpenMPIFilter, reported: tuple[int, str] | None,
+                 P: int) -> None:
+    """Return when the job of P ranks succeeded; else raise its one line: the heartbeat watch's, an interrupt's
+    (the ranks' own line when they reached a step boundary), the first failing rank's report, or the rank that
+    Open MPI saw killed."""
     if stopper.timed_out is not None:
         raise RunEnded(stopper.timed_out, EXIT_FAILED)
     if stopper.signum is not None:
-        name, P = meaning(stopper.signum).name, cfg.cluster.world_size
+        name = meaning(stopper.signum).name
         asked = (exit_status(stopper.signum), exit_status(JobStopper.FORWARD[signal.Signals(stopper.signum)]))
         line = reported[1] if reported and reported[0] in asked else \
             f"interrupted by {name}: stopped mpiexec and its {P} ranks before they reached a step boundary; no " \
