@@ -34,7 +34,7 @@ from ssgd.errors import BadArgument, ConfigError
 
 class Backend(Enum):
     """How the P ranks run: all in this process (`thread`), or one process per rank under MPI (`mpi`) or
-    torch.distributed (`torch`: gloo on CPU, NCCL on GPUs)."""
+    torch.distributed (`torch`: gloo on CPU, NCCL on GPUs). Each has its row in ssgd.run.backends."""
 
     thread = "thread"
     mpi = "mpi"
@@ -298,7 +298,8 @@ class WandbConfig:
 
 @dataclass
 class DebugConfig:
-    """Fault injection, to test that backend=mpi and backend=torch never hang (tests only)."""
+    """Fault injection, to test that backend=mpi and backend=torch never hang: read by the tests' rank hook
+    (tests/rank_faults.py, named by SSGD_RANK_HOOK; ssgd.run.worker); a rank without the hook ignores it."""
 
     fail_rank: Optional[int] = None  # this rank (backend=mpi or torch) fails ...
     fail_step: int = 1               # ... when it starts this step (1-based)

@@ -51,6 +51,7 @@ def train_py(tree: Path, *overrides: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180, cwd=tree, env=env)
 
 
+@pytest.mark.slow
 def test_the_recipe_trains_with_the_bits_of_the_thread_backend(tree, tmp_path):
     proc = train_py(tree, "backend=serial", *RUN, f"hydra.run.dir={tmp_path / 'serial'}")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -344,15 +344,11 @@ def print_start(cfg: DictConfig, run_dir: Path) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> int:
-    """`python src/train.py backend=torch`: launch (or, with dist.launch=false, print the commands; with
-    dist.emit=sbatch, print an sbatch script). Returns the exit status; ConfigError for bad input found before
-    any rank starts."""
+    """Launch (or, with dist.launch=false or dist.emit=sbatch, only print how to start the ranks: `print_start`).
+    Returns the job's exit status (`ending` gives its one line); ConfigError for bad input found before any rank
+    starts."""
     emit = OmegaConf.select(cfg, "dist.emit", default="command")
-    if getattr(emit, "value", emit) == "sbatch":
-        print_sbatch(cfg, run_dir)
+    if getattr(emit, "value", emit) == "sbatch" or not OmegaConf.select(cfg, "dist.launch", default=True):
+        print_start(cfg, run_dir)
         return 0
-    if not OmegaConf.select(cfg, "dist.launch", default=True):
-        print_commands(cfg, run_dir)
-        return 0
-    return launch(cfg, run_dir)            # src/train.py turns a non-zero status into its one line
-
+    return launch(cfg, run_dir)
