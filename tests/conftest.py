@@ -14,6 +14,8 @@ from omegaconf import DictConfig
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 os.environ.setdefault("WANDB_SILENT", "true")
+# every rank a test starts loads the fault injection of `debug.fail_rank` (ssgd.run.worker.HOOK_ENV)
+os.environ.setdefault("SSGD_RANK_HOOK", str(ROOT / "tests" / "rank_faults.py"))
 
 # Small, fast defaults for in-process runs; tests add their own overrides after these.
 FAST = ["wandb.mode=disabled", "trainer.progress=false", "trainer.log_every=1"]

@@ -7,7 +7,7 @@
 # In:  SLURM_NTASKS (the allocation: one MPI rank per task), SLURM_SUBMIT_DIR (submit from the repository root,
 #      or set SSGD_ROOT), optional SSGD_PYTHON (default <root>/.venv/bin/python, the project's interpreter)
 #      and SSGD_RUN_DIR (default <root>/outputs/slurm/<job name>-<job id>).
-# Out: ROOT, PY, RUN_DIR, WORKER (array: `python -m mpi4py -m ssgd.run.worker_mpi <config>` or `python -m ssgd.run.worker_torch
+# Out: ROOT, PY, RUN_DIR, WORKER (array: `python -m mpi4py -m ssgd.run.worker mpi <config>` or `python -m ssgd.run.worker torch
 #      <config>`); OMP_NUM_THREADS=1 and the repository's src/ on PYTHONPATH exported.
 # Resume: trainer.resume=auto is passed unless the overrides set trainer.resume, so a job that SLURM requeues
 #      (`scontrol requeue`, preemption; the same job id, so the same RUN_DIR) continues from its checkpoint.
@@ -39,8 +39,8 @@ if [[ $(id -u) == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_R
 
 echo "job $SLURM_JOB_ID: $SLURM_NTASKS tasks on ${SLURM_JOB_NUM_NODES:-?} node(s) ($SLURM_JOB_NODELIST); run dir $RUN_DIR"
 case ${SSGD_SBATCH_BACKEND:-mpi} in
-    mpi)   LAUNCH=(backend=mpi mpi.launch=false); MODULE=(-m mpi4py -m ssgd.run.worker_mpi) ;;
-    torch) LAUNCH=(backend=torch dist.launch=false); MODULE=(-m ssgd.run.worker_torch) ;;
+    mpi)   LAUNCH=(backend=mpi mpi.launch=false); MODULE=(-m mpi4py -m ssgd.run.worker mpi) ;;
+    torch) LAUNCH=(backend=torch dist.launch=false); MODULE=(-m ssgd.run.worker torch) ;;
     *)     fail "SSGD_SBATCH_BACKEND=$SSGD_SBATCH_BACKEND: must be mpi or torch" ;;
 esac
 [[ ${SLURM_RESTART_COUNT:-0} == 0 ]] || echo "job $SLURM_JOB_ID: restart ${SLURM_RESTART_COUNT}: continuing from $RUN_DIR/checkpoint.pt"

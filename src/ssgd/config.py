@@ -34,7 +34,7 @@ from ssgd.errors import BadArgument, ConfigError
 
 class Backend(Enum):
     """How the P ranks run: all in this process (`thread`), or one process per rank under MPI (`mpi`) or
-    torch.distributed (`torch`: gloo on CPU, NCCL on GPUs)."""
+    torch.distributed (`torch`: gloo on CPU, NCCL on GPUs). Each has its row in ssgd.run.backends."""
 
     thread = "thread"
     mpi = "mpi"
@@ -109,8 +109,9 @@ def compressor_config(name: str) -> DictConfig:
 T = TypeVar("T")
 
 
-def built(key: str, make: Callable[[], T], node: Any = None) -> T:
-    """make(), with a failure turned into a one-line ConfigError about config node `key`.
+def config_errors(key: str, make: Callable[[], T], node: Any = None) -> T:
+    """make(), with a failure turned into a one-line ConfigError about config node `key`: the translator from a
+    constructor's errors to the config's.
 
     A `BadArgument` ("name=value: reason") from a constructor becomes "key.name=value: reason" when `name`
     is a key of `node`; any other ValueError/TypeError message becomes "key: message". ConfigErrors pass.
@@ -133,6 +134,8 @@ def built(key: str, make: Callable[[], T], node: Any = None) -> T:
     message = str(failure).strip()
     message = message.splitlines()[0] if message else "invalid value"
     raise ConfigError(f"{key}: {message}") from None
+
+
 
 
 @dataclass
@@ -308,7 +311,8 @@ class WandbConfig:
 
 @dataclass
 class DebugConfig:
-    """Fault injection, to test that backend=mpi and backend=torch never hang (tests only)."""
+    """Fault injection, to test that backend=mpi and backend=torch never hang: read by the tests' rank hook
+    (tests/rank_faults.py, named by SSGD_RANK_HOOK; ssgd.run.worker); a rank without the hook ignores it."""
 
     fail_rank: Optional[int] = None  # this rank (backend=mpi or torch) fails ...
     fail_step: int = 1               # ... when it starts this step (1-based)

@@ -24,7 +24,7 @@ class ConfigError(ValueError):
 class BadArgument(ConfigError):
     """A constructor refuses the value of its argument `name`: "name=value: reason".
 
-    `ssgd.config.built` turns it into a ConfigError naming the config key (`compressor.compress.name=...`)
+    `ssgd.config.config_errors` turns it into a ConfigError naming the config key (`compressor.compress.name=...`)
     from `name`, without reading the message; a plain ValueError is reported as "key: message". A
     ConfigError (and so a ValueError): outside a config, it is the one line itself."""
 

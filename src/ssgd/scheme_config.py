@@ -7,7 +7,7 @@ a config node. A node composed by the app is typed by the schema (`ssgd.config.C
 file loaded without it (as `ssgd.ddp` loads conf/compressor/<name>.yaml) gets the same checks of its
 wire settings here (`wire_of`), by the schema's own check functions.
 
-Every bad value is a one-line ConfigError naming its key (`ssgd.config.built`).
+Every bad value is a one-line ConfigError naming its key (`ssgd.config.config_errors`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from ssgd.comm.collectives.dense import DenseAllreduce
 from ssgd.comm.wire import WireFormat
 from ssgd.compress.base import Compressor
-from ssgd.config import (built, check_min_compression, check_wire_values, locate, parameters_of)
+from ssgd.config import (config_errors, check_min_compression, check_wire_values, locate, parameters_of)
 from ssgd.errors import ConfigError
 from ssgd.loop.sync import DensitySchedule, Scheme
 from ssgd.utils.seeding import rank_generator
@@ -31,13 +31,13 @@ def build_scheme(c: Any, seed: int) -> Scheme:
     stream. A vector goes dense under `min_compression` through a `DenseAllreduce` in the same wire format
     (none for a scheme whose collective is that already)."""
     make_compressor = compressor_factory(c, seed)
-    make_memory = built("compressor.memory", lambda: instantiate(c.memory), c.memory)
+    make_memory = config_errors("compressor.memory", lambda: instantiate(c.memory), c.memory)
     wire, min_compression = wire_of(c)
     extra = {"values": wire.values} if wire.lossy else {}
-    collective = built("compressor.collective", lambda: instantiate(c.collective, **extra), c.collective)
-    density = built("compressor", lambda: DensitySchedule(c.density, tuple(c.density_warmup or ())), c)
+    collective = config_errors("compressor.collective", lambda: instantiate(c.collective, **extra), c.collective)
+    density = config_errors("compressor", lambda: DensitySchedule(c.density, tuple(c.density_warmup or ())), c)
     dense = None if isinstance(collective, DenseAllreduce) else DenseAllreduce(wire.values)
-    built("compressor.compress", lambda: make_compressor(0), c.compress)     # the constructor's own checks
+    config_errors("compressor.compress", lambda: make_compressor(0), c.compress)     # the constructor's own checks
     return Scheme(name=c.name, make_compressor=make_compressor,
                   make_memory=lambda d, device="cpu": make_memory(d=d, device=device),
                   collective=collective, density=density, wire=wire, min_compression=min_compression,
@@ -47,7 +47,7 @@ def build_scheme(c: Any, seed: int) -> Scheme:
 def compressor_factory(c: Any, seed: int) -> Callable[[int], Compressor]:
     """rank -> that rank's compressor of node `c`, drawing from the (seed, rank, "compressor") stream (the
     compressor's constructor runs at each call: `build_scheme` calls it once for its checks)."""
-    make_compress = built("compressor.compress", lambda: instantiate(c.compress), c.compress)
+    make_compress = config_errors("compressor.compress", lambda: instantiate(c.compress), c.compress)
 
     def make_compressor(rank: int) -> Compressor:
         return make_compress(generator=rank_generator(seed, rank, "compressor"))

@@ -213,12 +213,12 @@ def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
     cfg = make_cfg("backend=torch", "dist.launch=false", "cluster.world_size=2", "trainer.max_steps=3",
                    "compressor=gtopk")
     assert launch_torch.run(cfg, run_dir) == 0
-    assert "torchrun --nnodes N --nproc-per-node G -m ssgd.run.worker_torch" in caplog.text
-    assert f"srun -n 2 {sys.executable} -m ssgd.run.worker_torch {run_dir / 'worker_config.yaml'}" in caplog.text
+    assert "torchrun --nnodes N --nproc-per-node G -m ssgd.run.worker torch" in caplog.text
+    assert f"srun -n 2 {sys.executable} -m ssgd.run.worker torch {run_dir / 'worker_config.yaml'}" in caplog.text
     assert not (run_dir / "summary.json").exists()
     def torchrun() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                               "-m", "ssgd.run.worker_torch", str(run_dir / "worker_config.yaml")],
+                               "-m", "ssgd.run.worker", "torch", str(run_dir / "worker_config.yaml")],
                               capture_output=True, text=True, timeout=150,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
 
@@ -234,10 +234,10 @@ def test_torchrun_runs_the_written_worker_config(tmp_path, caplog):
 
 
 def worker(config: Path, env: dict[str, str], timeout: int = 120) -> subprocess.CompletedProcess:
-    """`python -m ssgd.run.worker_torch <config>` with `env` and none of the launchers' variables from this process."""
+    """`python -m ssgd.run.worker torch <config>` with `env` and none of the launchers' variables from this process."""
     clean = {k: v for k, v in os.environ.items()
              if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"} and not k.startswith("SLURM_")}
-    return subprocess.run([sys.executable, "-m", "ssgd.run.worker_torch", str(config)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ssgd.run.worker", "torch", str(config)], capture_output=True,
                           text=True, timeout=timeout, env={**clean, "PYTHONPATH": str(ROOT / "src"), **env})
 
 

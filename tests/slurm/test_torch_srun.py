@@ -32,7 +32,7 @@ def test_torch_srun_example_runs_two_ranks(torchrun, slurm_cluster: SlurmCluster
 
 def test_a_bare_srun_of_the_worker_without_a_step_is_refused(slurm_cluster: SlurmCluster, tmp_path):
     """The batch script itself has SLURM_PROCID but is no task: the worker says so instead of waiting for peers."""
-    job = slurm_cluster.sbatch(["--ntasks=1", "--wrap", f"{ROOT / '.venv' / 'bin' / 'python'} -m ssgd.run.worker_torch "
+    job = slurm_cluster.sbatch(["--ntasks=1", "--wrap", f"{ROOT / '.venv' / 'bin' / 'python'} -m ssgd.run.worker torch "
                                 f"{tmp_path / 'worker_config.yaml'}"], tmp_path / "job.out", timeout=60)
     assert (job.state, job.exit_code) == ("FAILED", "2:0"), job.output
     assert "error: backend=torch: SLURM_PROCID is set but SLURM_STEP_ID is not" in job.output

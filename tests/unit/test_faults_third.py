@@ -461,7 +461,7 @@ GLOO = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] 
 
 
 def test_gloos_banner_is_kept_out_of_a_ranks_line(tmp_path):
-    from ssgd.run.worker_mpi import failure, without_banners
+    from ssgd.run.worker import failure, without_banners
     assert without_banners(GLOO) == "Read error [127.0.0.1]:37794: Connection reset by peer."
     assert without_banners("ValueError: plain [x] text") == "ValueError: plain [x] text"     # nothing else is cut
     try:

@@ -95,7 +95,7 @@ def test_mpi_mpiexec_names_the_launcher_with_its_own_arguments(tmp_path):
     launcher.chmod(0o755)
     argv = mpiexec_command(_cfg(f"'{launcher}' --mca btl tcp,self"), Path("w.yaml"))
     assert argv[:6] == [str(launcher), "--mca", "btl", "tcp,self", "-n", "3"]
-    assert argv[6:] == ["--bind-to", "none", sys.executable, "-m", "mpi4py", "-m", "ssgd.run.worker_mpi", "w.yaml"]
+    assert argv[6:] == ["--bind-to", "none", sys.executable, "-m", "mpi4py", "-m", "ssgd.run.worker", "mpi", "w.yaml"]
 
 
 def test_mpi_mpiexec_found_on_path():

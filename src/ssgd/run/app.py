@@ -23,6 +23,7 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("MALLOC_ARENA_MAX", "2")   # glibc keeps freed memory per thread otherwise
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -41,6 +42,9 @@ from ssgd.loop.stop import exit_status  # noqa: E402
 from ssgd.run.startup import Phases, check_before_imports, print_profile, take_profile_flag  # noqa: E402
 from ssgd.run.sweep import PointFailed, record_failure  # noqa: E402
 
+if TYPE_CHECKING:
+    from ssgd.run.build import RunSpec
+
 # Hydra 1.3 warns that a launcher file named like the plugin's own schema is validated against it: harmless.
 # (Its message starts with a newline, and `message` must match from the start.)
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
@@ -49,46 +53,38 @@ PHASES: dict[str, Phases] = {}          # this process's start-up timeline, made
 
 
 def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
-    """One run: check, then train here (backend=thread) or under mpiexec; returns the final val accuracy.
-    Raises ConfigError (bad input) or RunEnded (diverged, interrupted, a rank failed). `phases` records
-    when each start-up phase ended (`--profile`)."""
+    """One run: check, then train here (a backend whose ranks live in this process) or start the ranks
+    (ssgd.run.backends); returns the final val accuracy. Raises ConfigError (bad input) or RunEnded (diverged,
+    interrupted, a rank failed). `phases` records when each start-up phase ended (`--profile`)."""
     phases = phases or Phases()
-    check_before_imports(cfg)                  # keys, value ranges, data paths: before torch is imported
+    config = check_before_imports(cfg)         # keys, value ranges, data paths: before torch is imported
     phases.mark("checks")
-    from ssgd.run import build  # after the checks and Hydra's parsing: `--help` and bad input stay fast
-    from ssgd.config import Backend
-    from ssgd.run.report import diverged, report
-    from ssgd.loop.stop import StopRequest
+    from ssgd.run import backends, build  # after the checks and Hydra's parsing: `--help` and bad input stay fast
 
     phases.mark("import torch + ssgd")
-    spec = build.spec(cfg)
+    spec = build.spec(cfg, config)
     phases.mark("spec")
     build.preflight(spec)                      # before any rank starts or any state is allocated
     phases.mark("preflight")
-    if spec.config.backend is Backend.mpi:
-        from ssgd.run.launch_mpi import launch, prepare, worker_command
+    parts = backends.parts(config.backend)
+    if parts.in_process:
+        return train_here(spec, run_dir, phases)
+    launcher = parts.launcher_module()
+    if parts.prints_only(config):              # the user starts the ranks (their mpirun, torchrun, srun, sbatch)
+        launcher.print_start(cfg, run_dir)
+        return 0.0
+    launcher.start(cfg, run_dir)
+    phases.mark(f"{parts.name} job")
+    log_figure(run_dir)
+    return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
 
-        if not spec.config.mpi.launch:        # the user runs the workers under their own mpirun / srun
-            command = " ".join(worker_command(prepare(cfg, run_dir)))
-            log.info(f"wrote {run_dir / 'worker_config.yaml'}; run the {spec.world_size} workers with\n"
-                     f"  mpirun -np {spec.world_size} [your mpirun options] {command}")
-            return 0.0
-        launch(cfg, run_dir)
-        phases.mark("mpi job")
-        log_figure(run_dir)
-        return final_val_acc(json.loads((run_dir / "summary.json").read_text()))   # rank 0 wrote it
-    if spec.config.backend is Backend.torch:     # P local torch.distributed ranks (ssgd.run.launch_torch)
-        from ssgd.run.launch_torch import ending, run as run_torch
 
-        status = run_torch(cfg, run_dir)
-        phases.mark("torch job")
-        ended = ending(status, run_dir)          # the ranks' one line (interrupted, refused, failed)
-        if ended is not None:
-            raise ended
-        summary_path = run_dir / "summary.json"   # absent when dist.launch=false only printed the commands
-        if summary_path.exists():
-            log_figure(run_dir)
-        return final_val_acc(json.loads(summary_path.read_text())) if summary_path.exists() else 0.0
+def train_here(spec: RunSpec, run_dir: Path, phases: Phases) -> float:
+    """Train every rank in this process; returns the final val accuracy."""
+    from ssgd.loop.stop import StopRequest
+    from ssgd.run import build
+    from ssgd.run.report import diverged, report
+
     stop = StopRequest()
     with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
         try:

@@ -10,7 +10,7 @@ checkpoint to resume (checked against this run) and wires the trainer, without b
 
 Every problem is a `ConfigError` whose message names the offending key and what is allowed;
 `src/train.py` prints it as one line and exits with status 2. Constructors below this layer raise
-ValueError/TypeError with messages of the form `param=value: ...`; `built` prefixes the config node.
+ValueError/TypeError with messages of the form `param=value: ...`; `config_errors` prefixes the config node.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ssgd.loop import checkpoint
-from ssgd.run import footprint
+from ssgd.run import backends, footprint
 from ssgd.loop.capture import Capture
-from ssgd.config import (Config, TrainConfig, WandbMode, built, check_all_targets, check_keys, locate, to_plain)
+from ssgd.config import Config, TrainConfig, WandbMode, check_all_targets, config_errors, locate, to_plain
 from ssgd.data.base import DataSpec, TensorData
 from ssgd.data.loader import ShardedLoader, steps_per_epoch
 from ssgd.data.probe import probe
@@ -40,11 +40,11 @@ from ssgd.loop.stop import StopRequest
 from ssgd.loop.replica import Replicas
 from ssgd.loop.sync import Scheme, SyncStep
 from ssgd.loop.trainer import RunOutput, Trainer, TrainerParts
-from ssgd.run.startup import typed
+from ssgd.run.startup import checked_config
 from ssgd.scheme_config import build_scheme
 from ssgd.utils import wandb_run
 from ssgd.utils.metrics import MetricWriter, wandb_credentials
-from ssgd.worlds.base import ThreadWorld, World
+from ssgd.worlds.base import World
 
 OptimizerFactory = Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
 
@@ -66,11 +66,13 @@ class RunSpec:
         return self.config.cluster.world_size
 
 
-def spec(cfg: DictConfig) -> RunSpec:
-    """Check `cfg` completely (except what needs the data or a world) and build its cheap objects."""
-    check_keys(cfg)
+def spec(cfg: DictConfig, config: Config | None = None) -> RunSpec:
+    """Check `cfg` completely (except what needs the data or a world) and build its cheap objects. `config`:
+    the typed config the caller's checks returned (`ssgd.run.startup.check_before_imports`), trusted as it is;
+    None: the schema's checks run here (`ssgd.run.startup.checked_config`). The `_target_` nodes are checked
+    here, after the imports their targets need."""
+    config = checked_config(cfg) if config is None else config
     check_all_targets(cfg)
-    config = typed(cfg)
     P = config.cluster.world_size
     net = config.cluster.network
     make_optimizer = optimizer_factory(cfg)
@@ -80,14 +82,11 @@ def spec(cfg: DictConfig) -> RunSpec:
 
 
 def prints_only(config: Config) -> bool:
-    """Whether this run only writes the worker config and prints the commands that start its ranks
-    (`mpi.launch=false` under backend=mpi, `dist.launch=false` or `dist.emit=sbatch` under backend=torch): such
-    a run prepares a job for other machines (e.g. GPU nodes, from a CPU login node), so it needs neither their
-    device nor their number of cores."""
-    backend = str(getattr(config.backend, "value", config.backend))
-    emit = str(getattr(config.dist.emit, "value", config.dist.emit))
-    return (backend == "mpi" and not config.mpi.launch) or (backend == "torch" and
-                                                           (not config.dist.launch or emit == "sbatch"))
+    """Whether this run only writes the worker config and prints the commands that start its ranks (its
+    backend's rule, ssgd.run.backends: `mpi.launch=false`, `dist.launch=false`, `dist.emit=sbatch`): such a run
+    prepares a job for other machines (e.g. GPU nodes, from a CPU login node), so it needs neither their device
+    nor their number of cores."""
+    return backends.parts(config.backend).prints_only(config)
 
 
 def network(cfg: DictConfig) -> AlphaBeta:
@@ -101,14 +100,14 @@ def scheme(cfg: DictConfig, seed: int) -> Scheme:
 
 
 def lr_schedule(cfg: DictConfig, P: int) -> LRSchedule:
-    make = built("schedule", lambda: instantiate(cfg.schedule), cfg.schedule)
-    return built("schedule", lambda: make(lr=learning_rate(cfg), world_size=P), cfg.schedule)
+    make = config_errors("schedule", lambda: instantiate(cfg.schedule), cfg.schedule)
+    return config_errors("schedule", lambda: make(lr=learning_rate(cfg), world_size=P), cfg.schedule)
 
 
 def learning_rate(cfg: DictConfig) -> float:
     if "lr" not in cfg.optimizer:
         raise ConfigError(f"optimizer: needs an `lr` key (the LR schedule scales it); {cfg.optimizer._target_} has none")
-    return built("optimizer", lambda: LRSchedule(lr=cfg.optimizer.lr).lr, cfg.optimizer)
+    return config_errors("optimizer", lambda: LRSchedule(lr=cfg.optimizer.lr).lr, cfg.optimizer)
 
 
 def optimizer_factory(cfg: DictConfig) -> OptimizerFactory:
@@ -117,8 +116,8 @@ def optimizer_factory(cfg: DictConfig) -> OptimizerFactory:
     Called once here on a throwaway parameter, so torch's own argument checks run before training."""
     learning_rate(cfg)
     check_numbers(cfg.optimizer, "optimizer")
-    make = built("optimizer", lambda: instantiate(cfg.optimizer), cfg.optimizer)
-    built("optimizer", lambda: make([torch.nn.Parameter(torch.zeros(1))]), cfg.optimizer)
+    make = config_errors("optimizer", lambda: instantiate(cfg.optimizer), cfg.optimizer)
+    config_errors("optimizer", lambda: make([torch.nn.Parameter(torch.zeros(1))]), cfg.optimizer)
     return make
 
 
@@ -141,7 +140,7 @@ def check_numbers(node: DictConfig, key: str) -> None:
 
 
 def dataset(cfg: DictConfig) -> TensorData:
-    return built("dataset", lambda: instantiate(cfg.dataset), cfg.dataset)
+    return config_errors("dataset", lambda: instantiate(cfg.dataset), cfg.dataset)
 
 
 def device(name: str, present: bool = True) -> torch.device:
@@ -162,7 +161,7 @@ def device(name: str, present: bool = True) -> torch.device:
 
 def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)            # identical initial weights on every rank and backend
-    m = built("model", lambda: instantiate(cfg.model, spec=data.spec), cfg.model)
+    m = config_errors("model", lambda: instantiate(cfg.model, spec=data.spec), cfg.model)
     if has_global_dropout(m):
         raise ConfigError("model: uses torch.nn.Dropout (process-global RNG, nondeterministic with virtual "
                           "workers); use ssgd.models.GenDropout")
@@ -186,13 +185,11 @@ def preflight(s: RunSpec) -> None:
     steps_per_epoch(samples, s.world_size, c.trainer.batch_size)
     d = parameter_count(s.cfg, data_spec)
     need = None if d is None or s.device.type != "cpu" else \
-        footprint.needed_bytes(d, s.world_size, c.backend.value, bool(c.cluster.hostfile))
+        backends.parts(c.backend).footprint(d, s.world_size, bool(c.cluster.hostfile))
     have = footprint.available_bytes()
-    if need is not None and have is not None and need[0] > have and not prints_only(c):   # ranks run elsewhere
-        hint = "or run backend=mpi over several hosts (cluster.hostfile)" if c.backend.value == "thread" else \
-            "or use backend=thread (the ranks share one model) or a cluster.hostfile"
-        raise ConfigError(f"cluster.world_size={s.world_size}: needs about {need[0] / 1e9:.1f} GB for {need[1]}, but "
-                          f"{have / 1e9:.1f} GB of memory is available here; lower cluster.world_size {hint}")
+    if need is not None and have is not None and need.bytes > have and not prints_only(c):   # ranks run elsewhere
+        raise ConfigError(f"cluster.world_size={s.world_size}: needs about {need.bytes / 1e9:.1f} GB for {need.what}, "
+                          f"but {have / 1e9:.1f} GB of memory is available here; lower cluster.world_size {need.remedy}")
 
 
 def data_size(cfg: DictConfig) -> tuple[int, DataSpec] | None:
@@ -200,7 +197,7 @@ def data_size(cfg: DictConfig) -> tuple[int, DataSpec] | None:
     can tell (the user's own files)."""
     node = cfg.dataset
     kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not str(k).startswith("_")}
-    return built("dataset", lambda: probe(locate(str(node._target_), "dataset"), kwargs), node)
+    return config_errors("dataset", lambda: probe(locate(str(node._target_), "dataset"), kwargs), node)
 
 
 def parameter_count(cfg: DictConfig, data_spec: DataSpec) -> int | None:
@@ -292,11 +289,21 @@ def parts(s: RunSpec, world: World, mdl: torch.nn.Module, data: TensorData) -> T
     return TrainerParts(world, data, loader, replicas, sync, s.make_optimizer(replicas.params), s.schedule, s.network)
 
 
+def local_world(c: Config) -> World:
+    """The World of a backend whose ranks all live in this process (ssgd.run.backends); ValueError for a backend
+    whose ranks are processes (each rank's worker makes its own)."""
+    parts = backends.parts(c.backend)
+    if not parts.in_process:
+        raise ValueError(f"backend={parts.name}: every rank is a process; pass the rank's World (ssgd.run.worker)")
+    return parts.make_world(c.cluster.world_size, c.threads)
+
+
 def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None,
             stop: StopRequest | None = None) -> tuple[Trainer, MetricWriter, World]:
     """Build everything a run needs (checking `cfg` first unless it is already a `RunSpec`); `world`
-    defaults to a `ThreadWorld` (the MPI worker passes its `MPIWorld`); `stop` is the entry point's
-    signal handler (the trainer stops at the step boundary after it fires)."""
+    defaults to the backend's World when its ranks live in this process (`local_world`; a rank of a backend
+    whose ranks are processes passes its own, ssgd.run.worker); `stop` is the entry point's signal handler (the
+    trainer stops at the step boundary after it fires)."""
     s = cfg if isinstance(cfg, RunSpec) else spec(cfg)
     c = s.config
     data = dataset(s.cfg)
@@ -305,11 +312,11 @@ def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None
               "dataset": data.spec.name, "backend": c.backend.value, "seed": c.seed}
     ident = run_identity(c, data, s.cfg.optimizer)
     d = sum(p.numel() for p in mdl.parameters() if p.requires_grad)
-    built("compressor.collective", lambda: s.scheme.collective.check_numel(d))
+    config_errors("compressor.collective", lambda: s.scheme.collective.check_numel(d))
     spe = steps_per_epoch(data.x_train.shape[0], s.world_size, c.trainer.batch_size)   # before P ranks' state
     total = c.trainer.epochs * spe if c.trainer.max_steps is None else min(c.trainer.max_steps, c.trainer.epochs * spe)
     own = world is None                # a world the caller passed is the caller's to close
-    world = world or ThreadWorld(s.world_size, c.threads)
+    world = world or local_world(c)
     try:
         resume = resume_state(c.trainer, run_dir, world, d, ident)
         finished(resume, run_dir, total)

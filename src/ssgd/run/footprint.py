@@ -1,10 +1,11 @@
 """The memory a run's P ranks need, estimated before anything is allocated, against what this host has.
 
-Estimates (CPU runs; measured on FNN-3 with `ru_maxrss` and `/proc/self/smaps_rollup`, docs/faults.md):
-  * backend=thread: every virtual rank keeps its residual and its compressor's buffers: about
+Two rules; a backend's row in ssgd.run.backends names its own. Estimates (CPU runs; measured on FNN-3
+with `ru_maxrss` and `/proc/self/smaps_rollup`, docs/faults.md):
+  * `virtual_ranks` (backend=thread): every virtual rank keeps its residual and its compressor's buffers: about
     RANK_COPIES x d x 4 bytes per rank (measured at P = 64: 1.0 x d x 4 for dense, 2.1 x d x 4 for
     gTop-k; the weights, optimizer state, data and the pool threads' temporaries are shared);
-  * backend=mpi on this host (no hostfile): every rank is a process with about PROCESS_BYTES of private
+  * `process_ranks` (backend=mpi, torch) on this host (no hostfile): every rank is a process with about PROCESS_BYTES of private
     memory after importing torch and this package (measured: 295 MB), plus weights, gradient, optimizer
     state, residual and the compressor's buffers: about MPI_RANK_COPIES x d x 4 bytes.
 A run is refused only when the estimate exceeds the memory available (MemAvailable, and the cgroup's
@@ -13,6 +14,7 @@ limit when there is one), so the estimate errs low rather than high.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 BYTES_PER_PARAMETER = 4      # float32
 RANK_COPIES = 2
@@ -20,17 +22,30 @@ MPI_RANK_COPIES = 5
 PROCESS_BYTES = 250e6
 
 
-def needed_bytes(d: int, P: int, backend: str, hostfile: bool) -> tuple[float, str] | None:
-    """(bytes, what they are for) for P ranks of a d-parameter model on this host, or None when the ranks
-    do not all run here (a hostfile spreads them over hosts)."""
-    if backend == "thread":
-        return (P * RANK_COPIES * d * BYTES_PER_PARAMETER,
-                f"{P} virtual ranks' residuals and compressor buffers ({RANK_COPIES} x {d:,} parameters x 4 B each)")
+class Need(NamedTuple):
+    """The memory P ranks need on this host: `bytes`, what they are for, and what to do when they do not fit."""
+
+    bytes: float
+    what: str
+    remedy: str
+
+
+def virtual_ranks(d: int, P: int, hostfile: bool) -> Need:
+    """P virtual ranks in one process (backend=thread): the ranks share the weights, optimizer state and data;
+    each keeps its residual and its compressor's buffers."""
+    return Need(P * RANK_COPIES * d * BYTES_PER_PARAMETER,
+                f"{P} virtual ranks' residuals and compressor buffers ({RANK_COPIES} x {d:,} parameters x 4 B each)",
+                "or run backend=mpi over several hosts (cluster.hostfile)")
+
+
+def process_ranks(d: int, P: int, hostfile: bool) -> Need | None:
+    """P processes on this host (backend=mpi or torch); None when a hostfile spreads them over hosts."""
     if hostfile:
         return None
-    return (P * (PROCESS_BYTES + MPI_RANK_COPIES * d * BYTES_PER_PARAMETER),
-            f"{P} MPI processes on this host ({PROCESS_BYTES / 1e6:.0f} MB each plus {MPI_RANK_COPIES} x {d:,} "
-            "parameters x 4 B)")
+    return Need(P * (PROCESS_BYTES + MPI_RANK_COPIES * d * BYTES_PER_PARAMETER),
+                f"{P} MPI processes on this host ({PROCESS_BYTES / 1e6:.0f} MB each plus {MPI_RANK_COPIES} x {d:,} "
+                "parameters x 4 B)",
+                "or use backend=thread (the ranks share one model) or a cluster.hostfile")
 
 
 def available_bytes() -> float | None:

@@ -2,12 +2,12 @@
 
 This process never imports mpi4py's MPI (a process inside MPI cannot launch `mpiexec`). Hydra has
 composed the config here, once; it is saved resolved as `<run dir>/worker_config.yaml`, and every
-rank runs `python -m mpi4py -m ssgd.run.worker_mpi <that file>` (`-m mpi4py`: an exception on one rank
+rank runs `python -m mpi4py -m ssgd.run.worker mpi <that file>` (`-m mpi4py`: an exception on one rank
 aborts the whole job instead of hanging it). On a cluster, run that same worker command under your
 own `mpirun`/`srun` (docs/slurm.md; `mpi.launch=false` writes the file and prints the command).
 
 What the user sees (docs/faults.md): the ranks report how the job ended to `<run dir>/mpi/ended.txt`
-(the first rank to fail wins; `ssgd.run.worker_mpi`), and the launcher raises that one line with the job's exit
+(the first rank to fail wins; `ssgd.run.worker`), and the launcher raises that one line with the job's exit
 status; Open MPI's abort boilerplate is filtered out of stderr, and a rank killed by a signal is named
 from Open MPI's own report. SIGTERM or SIGINT to the launcher is passed to every rank as SIGUSR1 or
 SIGUSR2 (`mpiexec` forwards those), so the ranks checkpoint at their next step boundary and exit; after
@@ -17,6 +17,7 @@ job the same way, with one line naming the rank and its host.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -33,16 +34,14 @@ from typing import TextIO
 
 from omegaconf import DictConfig, OmegaConf
 
-from ssgd.config import to_plain
 from ssgd.errors import EXIT_FAILED, ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status, meaning
-from ssgd.run import reach
+from ssgd.run import backends, reach
+from ssgd.run.job import ENDED_ENV, ENDED_FILE, WORKER_CONFIG, prepare, read_ended
 from ssgd.run.heartbeat import HEARTBEAT_DIR, HEARTBEAT_ENV, Watch
 from ssgd.run.orphans import die_with_parent_preexec
 
-WORKER_CONFIG = "worker_config.yaml"
-ENDED_ENV = "SSGD_ENDED_FILE"          # where the ranks report how the job ended (set by `launch`)
-ENDED_FILE = Path("mpi") / "ended.txt"
+log = logging.getLogger("ssgd.train")
 STOP_GRACE_S = 8.0                     # after a stop signal: time for the ranks to checkpoint and exit
 KILL_AFTER_S = 1.5                     # after stopping mpiexec: time before it is killed
 
@@ -121,7 +120,8 @@ def worker_env(local: bool, environ: Mapping[str, str] | None = None) -> dict[st
 
 
 def worker_command(config_path: Path) -> list[str]:
-    return [sys.executable, "-m", "mpi4py", "-m", "ssgd.run.worker_mpi", str(config_path)]
+    """One rank's command: `python -m mpi4py -m ssgd.run.worker mpi <config_path>`."""
+    return backends.parts("mpi").worker_command(config_path)
 
 
 def mpiexec_command(cfg: DictConfig, config_path: Path) -> list[str]:
@@ -137,12 +137,17 @@ def mpiexec_command(cfg: DictConfig, config_path: Path) -> list[str]:
     return argv + worker_command(config_path)
 
 
-def prepare(cfg: DictConfig, run_dir: Path) -> Path:
-    """Save the resolved config the workers read; returns its path."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / WORKER_CONFIG
-    OmegaConf.save(OmegaConf.create(to_plain(cfg)), config_path)
-    return config_path
+def start(cfg: DictConfig, run_dir: Path) -> None:
+    """The launcher's part of ssgd.run.backends: run the job (`launch`)."""
+    launch(cfg, run_dir)
+
+
+def print_start(cfg: DictConfig, run_dir: Path) -> None:
+    """`mpi.launch=false`: write the worker config and print the command for the user's own mpirun / srun."""
+    command = " ".join(worker_command(prepare(cfg, run_dir)))
+    P = cfg.cluster.world_size
+    log.info(f"wrote {run_dir / WORKER_CONFIG}; run the {P} workers with\n"
+             f"  mpirun -np {P} [your mpirun options] {command}")
 
 
 def launch(cfg: DictConfig, run_dir: Path) -> None:
@@ -170,11 +175,18 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     with stopper.installed():
         status = stopper.wait()
     reader.join(timeout=5)
-    reported = read_ended(ended)
+    raise_ending(status, stopper, relay, read_ended(ended), P)
+
+
+def raise_ending(status: int, stopper: JobStopper, relay: OpenMPIFilter, reported: tuple[int, str] | None,
+                 P: int) -> None:
+    """Return when the job of P ranks succeeded; else raise its one line: the heartbeat watch's, an interrupt's
+    (the ranks' own line when they reached a step boundary), the first failing rank's report, or the rank that
+    Open MPI saw killed."""
     if stopper.timed_out is not None:
         raise RunEnded(stopper.timed_out, EXIT_FAILED)
     if stopper.signum is not None:
-        name, P = meaning(stopper.signum).name, cfg.cluster.world_size
+        name = meaning(stopper.signum).name
         asked = (exit_status(stopper.signum), exit_status(JobStopper.FORWARD[signal.Signals(stopper.signum)]))
         line = reported[1] if reported and reported[0] in asked else \
             f"interrupted by {name}: stopped mpiexec and its {P} ranks before they reached a step boundary; no " \
@@ -197,15 +209,6 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return "unknown signal"
-
-
-def read_ended(path: Path) -> tuple[int, str] | None:
-    """(status, line) a rank reported in `path` ("status<TAB>line"), or None."""
-    try:
-        status, _, line = path.read_text().strip().partition("\t")
-        return int(status), line
-    except (OSError, ValueError):
-        return None
 
 
 class JobStopper:

@@ -1,8 +1,8 @@
 """`backend=torch` from a plain shell: start P local torch.distributed ranks on the resolved config and watch them.
 
 Like the MPI launcher (`ssgd.run.launch_mpi`), this process composes nothing and joins no process group. The
-resolved config is saved as `<run dir>/worker_config.yaml` (`ssgd.run.launch_mpi.prepare`) and each rank runs
-`python -m ssgd.run.worker_torch <that file>` with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+resolved config is saved as `<run dir>/worker_config.yaml` (`ssgd.run.job.prepare`) and each rank runs
+`python -m ssgd.run.worker torch <that file>` with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (or `dist.master_port`), as torchrun would set them on one
 host. The launcher watches its children: the first rank that exits non-zero (or is killed) is named
 in one line, the other ranks are stopped (SIGTERM, then SIGKILL after a grace period), and the job's
@@ -36,8 +36,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from ssgd.errors import ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status
-from ssgd.run import reach
-from ssgd.run.launch_mpi import ENDED_ENV, ENDED_FILE, prepare, read_ended, worker_env
+from ssgd.run import backends, reach
+from ssgd.run.job import ENDED_ENV, ENDED_FILE, prepare, read_ended
+from ssgd.run.launch_mpi import worker_env
 from ssgd.worlds.rendezvous import LocalRank, check_port_free, free_port, rank_device
 
 log = logging.getLogger("ssgd.train")
@@ -46,7 +47,8 @@ GRACE_S = 5.0          # SIGTERM -> SIGKILL for the ranks still running after on
 
 
 def worker_command(config_path: Path) -> list[str]:
-    return [sys.executable, "-m", "ssgd.run.worker_torch", str(config_path)]
+    """One rank's command: `python -m ssgd.run.worker torch <config_path>`."""
+    return backends.parts("torch").worker_command(config_path)
 
 
 def rank_env(base: dict[str, str], rank: int, P: int, port: int) -> dict[str, str]:
@@ -324,16 +326,29 @@ def print_sbatch(cfg: DictConfig, run_dir: Path) -> Path:
     return path
 
 
-def run(cfg: DictConfig, run_dir: Path) -> int:
-    """`python src/train.py backend=torch`: launch (or, with dist.launch=false, print the commands; with
-    dist.emit=sbatch, print an sbatch script). Returns the exit status; ConfigError for bad input found before
-    any rank starts."""
+def start(cfg: DictConfig, run_dir: Path) -> None:
+    """The launcher's part of ssgd.run.backends: run the job; RunEnded / Interrupted with its one line (`ending`)
+    unless it finished."""
+    ended = ending(launch(cfg, run_dir), run_dir)
+    if ended is not None:
+        raise ended
+
+
+def print_start(cfg: DictConfig, run_dir: Path) -> None:
+    """`dist.emit=sbatch`: print a batch script; `dist.launch=false`: print the torchrun / srun commands."""
     emit = OmegaConf.select(cfg, "dist.emit", default="command")
     if getattr(emit, "value", emit) == "sbatch":
         print_sbatch(cfg, run_dir)
-        return 0
-    if not OmegaConf.select(cfg, "dist.launch", default=True):
+    else:
         print_commands(cfg, run_dir)
-        return 0
-    return launch(cfg, run_dir)            # src/train.py turns a non-zero status into its one line
 
+
+def run(cfg: DictConfig, run_dir: Path) -> int:
+    """Launch (or, with dist.launch=false or dist.emit=sbatch, only print how to start the ranks: `print_start`).
+    Returns the job's exit status (`ending` gives its one line); ConfigError for bad input found before any rank
+    starts."""
+    emit = OmegaConf.select(cfg, "dist.emit", default="command")
+    if getattr(emit, "value", emit) == "sbatch" or not OmegaConf.select(cfg, "dist.launch", default=True):
+        print_start(cfg, run_dir)
+        return 0
+    return launch(cfg, run_dir)

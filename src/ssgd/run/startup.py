@@ -1,7 +1,8 @@
 """Start-up of the training app: the checks that need no torch, and the time each start-up phase took.
 
 `check_before_imports` refuses keys, options, value ranges and data paths before torch is imported
-(importing torch alone takes seconds), so bad input costs about as long as composing the config.
+(importing torch alone takes seconds), so bad input costs about as long as composing the config; the
+typed config it returns is the one the run is built from (the checks run once).
 `Phases` records when each phase of a run ended; `ssgd-train --profile ...` prints them on stderr.
 """
 from __future__ import annotations
@@ -21,8 +22,9 @@ PROFILE_FLAG = "--profile"
 PATH_KEYS = ("data_dir",)        # dataset keys that name a directory the loader reads
 
 
-def typed(cfg: DictConfig) -> Config:
-    """The config as schema dataclasses; their `__post_init__` range checks run here (one-line ConfigError)."""
+def typed_config(cfg: DictConfig) -> Config:
+    """The config as schema dataclasses (the typed config every layer below trusts); their `__post_init__`
+    range checks run here (one-line ConfigError)."""
     try:
         return OmegaConf.to_object(cfg)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
@@ -44,11 +46,17 @@ def check_paths(cfg: DictConfig) -> None:
                               f"point dataset.{key} at them, or use dataset=mnist_embedded, which needs none)")
 
 
-def check_before_imports(cfg: DictConfig) -> Config:
-    """Every check that needs neither torch nor the package's heavy modules: unknown keys, the schema's
-    types and value ranges, dataset paths. Returns the typed config; ConfigError (one line) otherwise."""
+def checked_config(cfg: DictConfig) -> Config:
+    """The schema's checks (unknown keys, types, value ranges); returns the typed config, else ConfigError."""
     check_keys(cfg)
-    config = typed(cfg)
+    return typed_config(cfg)
+
+
+def check_before_imports(cfg: DictConfig) -> Config:
+    """Every check that needs neither torch nor the package's heavy modules: the schema's (`checked_config`)
+    and the dataset paths. Returns the typed config, which the app hands down (`ssgd.run.build.spec`), so
+    the checks run once; ConfigError (one line) otherwise."""
+    config = checked_config(cfg)
     check_paths(cfg)
     return config
 

@@ -1,6 +1,6 @@
 """`MPIWorld`: this process is one rank of an MPI job (`backend=mpi`); see `ssgd.worlds.base`.
 
-Importing this module initialises MPI; only the worker entry point (`ssgd.run.worker_mpi`) does.
+Importing this module initialises MPI; only a rank of backend=mpi (`ssgd.run.worker mpi ...`) and MPI tests do.
 """
 from __future__ import annotations
 
@@ -79,8 +79,8 @@ class MPIWorld:
     def is_root(self) -> bool:
         return self.rank == 0
 
-    def close(self) -> None:
-        pass
+    def close(self, together: bool = False) -> None:
+        """Nothing to leave: MPI finalises at the interpreter's exit (`together` as TorchWorld.close)."""
 
     in_group = True    # MPI is initialised when the world exists (torch.distributed joins in `prepare`)
 

@@ -1,6 +1,6 @@
 """`TorchWorld`: this process is one rank of a torch.distributed job (`backend=torch`); see `ssgd.worlds.base`.
 
-Built in two steps, so that a rank knows who it is before it has a configuration: `TorchWorld(ranks)`
+Built in two steps, so that a rank knows who it is before it has a configuration: `TorchWorld.from_environ()`
 from the launcher's environment (`ssgd.worlds.rendezvous.ranks`), then `prepare(cfg)` picks this rank's
 device (one GPU per rank: `cuda` -> `cuda:<local rank>`), the process group (`dist.backend`: auto =
 NCCL for CUDA, gloo for the host) and joins it. `TorchWorld.joined()` wraps a process group that the
@@ -26,7 +26,7 @@ from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
 from ssgd.comm.executors.torch_dist import TorchExecutor, all_gather_single, run_torch
 from ssgd.payload import Payload
-from ssgd.worlds.rendezvous import LocalRank, Ranks, master, port_in_use, rank_device
+from ssgd.worlds.rendezvous import LocalRank, Ranks, master, port_in_use, rank_device, ranks
 
 T = TypeVar("T")
 OBJECT_SLOT = 2048     # bytes per rank in `allgather`'s one collective (a step's metrics pickle to ~300)
@@ -63,6 +63,12 @@ class TorchWorld:
         self.executor: TorchExecutor | None = None
         self.objects: dist.ProcessGroup | None = None
         self.backend: str | None = None
+
+    @classmethod
+    def from_environ(cls) -> TorchWorld:
+        """This rank of a job whose launcher (torchrun, srun, ssgd.run.launch_torch) set its variables in this
+        process's environment (`ssgd.worlds.rendezvous.ranks`); ConfigError (one line) naming a missing one."""
+        return cls(ranks(os.environ))
 
     @classmethod
     def joined(cls, objects: dist.ProcessGroup | None = None) -> TorchWorld:

@@ -14,8 +14,8 @@ same `ssgd.comm.driver.run_program`; only how each operation is carried out diff
     states the bound).
 
 Each kind has its handler in `HANDLERS`, looked up by the op's type. Bytes and messages are counted
-with each op kind's `sent`, as in the other executors. Importing this module initialises MPI: only
-`ssgd.run.worker_mpi` and MPI tests import it (a process inside MPI cannot launch `mpiexec`).
+with each op kind's `sent`, as in the other executors. Importing this module initialises MPI: only a rank
+of backend=mpi (`ssgd.run.worker`) and MPI tests import it (a process inside MPI cannot launch `mpiexec`).
 """
 from __future__ import annotations
 

@@ -1,26 +1,41 @@
-"""One MPI rank of `backend=mpi`: `python -m mpi4py -m ssgd.run.worker_mpi <run dir>/worker_config.yaml`.
+"""One rank of a backend whose ranks are processes: `python [flags] -m ssgd.run.worker BACKEND RUN_DIR/worker_config.yaml`.
 
-Reads the config the launcher composed and resolved (never composes its own), checks that the MPI
-job has `cluster.world_size` ranks, trains, and on rank 0 writes the run outputs next to the config
-file and logs the report (stdout and `<run dir>/train.log`, ssgd.utils.logs.setup_rank). Other ranks'
-output lines are prefixed with `[rank r]`. How a rank's run ended,
-when not well, goes to the launcher's file (`report_end`) or, under your own mpirun, to stderr as one
-line; the exit status is the run's (docs/faults.md).
+Every such backend (ssgd.run.backends: mpi, torch) runs this worker; its launcher starts it, or the user does
+under their own mpirun / torchrun / srun (`mpi.launch=false`, `dist.launch=false` print the commands). The
+rank makes its backend's World from its launcher's environment (one line and exit status 2 when a variable
+is missing), reads the config the launcher composed and resolved (never composes its own), checks that the
+job has `cluster.world_size` ranks, picks its device (`world.prepare`), checks and builds the run once
+(`ssgd.run.build.spec`), trains, and on rank 0 writes the run outputs next to the config file and logs the
+report (stdout and `<run dir>/train.log`, ssgd.utils.logs.setup_rank). Other ranks' output lines are
+prefixed with `[rank r]`. How a rank's run ended, when not well, goes to the launcher's file (`report_end`)
+or, under the user's own launcher, to stderr as one line; the exit status is the run's (docs/faults.md).
+
+HOOK_ENV names a Python file whose `attach(trainer, world, config)` runs on every rank after the build and
+before training (the tests' fault injection, tests/rank_faults.py, is one).
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from omegaconf import OmegaConf
 
+from ssgd import config
+from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError, Interrupted
+from ssgd.run import backends
+from ssgd.run.job import ENDED_ENV, ENDED_FILE
+
 log = logging.getLogger(__name__)
+HOOK_ENV = "SSGD_RANK_HOOK"
+USAGE = ("usage: python -m ssgd.run.worker {" + ",".join(backends.launched()) + "} RUN_DIR/worker_config.yaml  "
+         "(started by `python src/train.py backend=...`; `mpi.launch=false` / `dist.launch=false` print the "
+         "mpirun / torchrun / srun commands)")
 
 
 class Prefixed:
@@ -44,30 +59,10 @@ class Prefixed:
         return getattr(self.stream, name)
 
 
-def inject_fault(trainer, rank: int, debug) -> None:
-    """`debug.fail_rank` fails at step `debug.fail_step` by raising or by SIGKILL (tests only)."""
-    import signal
-
-    if debug.fail_rank is None or debug.fail_rank != rank:
-        return
-    step = trainer.step
-
-    def failing_step(it: int, density: float) -> dict:
-        if trainer.step_count + 1 == debug.fail_step:
-            if debug.fail_mode.value == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise RuntimeError(f"injected failure at step {debug.fail_step} (debug.fail_rank={rank})")
-        return step(it, density)
-
-    trainer.step = failing_step
-
-
 def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
-    """Tell the user how this rank's job ended: to the launcher's file when `launch` started the job (the
+    """Tell the user how this rank's job ended: to the launcher's file when a launcher started the job (the
     first rank to write it wins, so the user sees the first failure), else as one line on stderr (when
     `say`: ranks that all hit the same problem let one of them say it)."""
-    from ssgd.run.launch_mpi import ENDED_ENV
-
     path = os.environ.get(ENDED_ENV)
     if path is None:
         if say:
@@ -101,8 +96,6 @@ def without_banners(text: str) -> str:
 
 def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> str:
     """The one line for an exception on this rank; its traceback goes to <run dir>/mpi/rank<r>-traceback.txt."""
-    from ssgd.run.launch_mpi import ENDED_FILE
-
     path = run_dir / ENDED_FILE.parent / f"rank{rank}-traceback.txt"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -131,56 +124,102 @@ def end_together(world: Any, status: int) -> NoReturn:
     end_alone(world, status)
 
 
-def main(argv: list[str], make_world: Callable[[], Any] | None = None) -> int:
-    """One rank's run; returns its exit status (docs/faults.md). `make_world` builds its world (default:
-    `MPIWorld`; `ssgd.run.worker_torch` passes a TorchWorld). A rank that ends alone (an exception) ends the
-    job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
-    from ssgd.loop.stop import StopRequest
+def attach_hook(trainer: Any, world: Any, cfg: config.Config) -> None:
+    """Run `attach(trainer, world, cfg)` of the file HOOK_ENV names (nothing when it is unset)."""
+    path = os.environ.get(HOOK_ENV)
+    if not path:
+        return
+    spec = importlib.util.spec_from_file_location("ssgd_rank_hook", path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{HOOK_ENV}={path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.attach(trainer, world, cfg)
+
+
+def main(argv: list[str]) -> int:
+    """One rank's run; returns its exit status (docs/faults.md). A rank that ends alone (an exception) ends
+    the job; endings every rank reaches together (interrupted, diverged) wait for rank 0 to finish writing."""
     from ssgd.run.heartbeat import start_from_env
     from ssgd.run.orphans import watch_parent
 
+    if len(argv) != 2 or argv[0] not in backends.launched():
+        print(USAGE, file=sys.stderr)
+        return EXIT_BAD_INPUT
     watch_parent()                            # the launcher died (kill -9, SIGHUP, OOM): stop, never orphan
     beat = start_from_env()                   # the launcher's mpi.timeout_s watch (ssgd.run.heartbeat)
-    stop = StopRequest()
     try:
-        with stop.installed():                # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
-            return _main(argv, stop, make_world, beat)
+        return in_world(backends.parts(argv[0]), Path(argv[1]), beat)
     finally:
         if beat is not None:
             beat.done()
 
 
-def _main(argv: list[str], stop, make_world: Callable[[], Any] | None, beat=None) -> int:
-    from ssgd.run import build
-    from ssgd import config
-    from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError, Interrupted
-    from ssgd.run.report import diverged, report
+def in_world(parts: backends.BackendParts, path: Path, beat: Any) -> int:
+    """Make this rank's World, run the rank in it, and leave it (together, when the run reached its end)."""
+    from ssgd.loop.stop import StopRequest
+
+    try:
+        world = parts.make_world()
+    except ConfigError as err:                # a variable of the launcher's environment is missing
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    stop = StopRequest()
+    try:
+        with stop.installed():                # SIGTERM/SIGUSR1, SIGINT/SIGUSR2: checkpoint at the next step
+            status = run_rank(world, path, stop, beat)
+    except BaseException:
+        world.close()
+        raise
+    world.close(together=True)      # every rank returns here together (the run's end, or before the group)
+    return status
+
+
+def run_rank(world: Any, path: Path, stop: Any, beat: Any) -> int:
+    """The rank's run in `world`: build (every rank learns the first rank's problem), then train."""
     from ssgd.utils.logs import setup_rank
 
-    if len(argv) != 1:
-        print("usage: mpiexec -n P python -m mpi4py -m ssgd.run.worker_mpi RUN_DIR/worker_config.yaml", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if make_world is None:
-        from ssgd.worlds.mpi import MPIWorld as make_world
-    world = make_world()
     if beat is not None:
         from ssgd.run.heartbeat import wrap_world
         wrap_world(world, beat)
     if world.rank != 0:
         sys.stdout, sys.stderr = Prefixed(sys.stdout, f"[rank {world.rank}] "), Prefixed(sys.stderr, f"[rank {world.rank}] ")
-    path = Path(argv[0])
+    setup_rank(path.parent, world.is_root)
+    built = build_rank(world, path, stop)
+    if isinstance(built, int):
+        return built
+    trainer, writer, cfg = built
+    attach_hook(trainer, world, cfg)
+    if beat is not None:
+        beat.track(trainer)
+        beat.phase = "compute"
+    return train(world, trainer, writer, path.parent)
+
+
+def build_trainer(world: Any, path: Path, stop: Any) -> tuple[Any, Any, config.Config]:
+    """Read, check and build this rank's run: (trainer, metric writer, typed config)."""
+    from ssgd.run import build
+
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such worker config (written by `python src/train.py "
+                          f"backend={type(world).backend}`)")
+    cfg = config.load(OmegaConf.load(path))
+    if cfg.cluster.world_size != world.size:
+        raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this {world.job} has {world.size} ranks; "
+                          f"start it with {world.start_hint(cfg.cluster.world_size)} or set cluster.world_size={world.size}")
+    cfg = world.prepare(cfg)        # this rank's device (one GPU per rank); torch.distributed: join the group
+    spec = build.spec(cfg)          # the checks, once in this process (the file may come from another host)
+    trainer, writer, _ = build.trainer(spec, path.parent, world, stop=stop)
+    return trainer, writer, spec.config
+
+
+def build_rank(world: Any, path: Path, stop: Any) -> tuple[Any, Any, config.Config] | int:
+    """`build_trainer` on every rank, then the first rank's problem, if any, ends every rank: returns what was
+    built, or the status to exit with (0: the run had already finished)."""
     run_dir = path.parent
-    setup_rank(run_dir, world.is_root)
     problem: tuple[int, str] | None = None
     try:
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such worker config (written by `python src/train.py backend=mpi`)")
-        cfg = config.load(OmegaConf.load(path))
-        if cfg.cluster.world_size != world.size:
-            raise ConfigError(f"cluster.world_size={cfg.cluster.world_size} but this {world.job} has {world.size} ranks; "
-                              f"start it with {world.start_hint(cfg.cluster.world_size)} or set cluster.world_size={world.size}")
-        cfg = world.prepare(cfg)        # this rank's device (one GPU per rank); torch.distributed: join the group
-        trainer, writer, _ = build.trainer(cfg, run_dir, world, stop=stop)
+        built = build_trainer(world, path, stop)
     except AlreadyFinished as err:            # every rank reads the same files: all return here
         if world.is_root:
             log.info(str(err))
@@ -198,10 +237,13 @@ def _main(argv: list[str], stop, make_world: Callable[[], Any] | None, beat=None
         if world.is_root:
             report_end(*first, run_dir, say=True)
         end_together(world, first[0])
-    inject_fault(trainer, world.rank, cfg.debug)
-    if beat is not None:
-        beat.track(trainer)
-        beat.phase = "compute"
+    return built
+
+
+def train(world: Any, trainer: Any, writer: Any, run_dir: Path) -> int:
+    """Train; 0 when the run finished well, else the job ends here with the run's status."""
+    from ssgd.run.report import diverged, report
+
     try:
         summary = trainer.fit()
     except Interrupted as err:
