@@ -25,7 +25,7 @@ from pathlib import Path
 
 # What every run imports; a module that fails to import here is imported by the run itself instead.
 PRELOAD = ["torch", "torch._dynamo", "torch.optim", "hydra", "omegaconf", "ssgd.run.app", "ssgd.run.build",
-           "ssgd.loop.trainer", "ssgd.utils.summarize", "matplotlib.pyplot"]
+           "ssgd.loop.trainer", "ssgd.utils.result_files", "matplotlib.pyplot"]
 
 
 def server(env: dict[str, str]) -> BaseContext:

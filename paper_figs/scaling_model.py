@@ -3,7 +3,7 @@ the clusters' alpha-beta constants, the profiles to plot and the paper's efficie
 
 Paper: Shi et al., ICDCS 2019 (arXiv:1901.04359); its numbers (`ssgd.perf.paper`) are those of the
 authors' plotting script hclhkbu/gtopkssgd scripts/icdcs2019/communication.py. The schemes are read
-from conf/compressor/<name>.yaml (`ssgd.tools.schemes`) at each YAML's density (0.001).
+from conf/compressor/<name>.yaml (`ssgd.tools.scheme_costs`) at each YAML's density (0.001).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ssgd.perf import profiles
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.perf.iteration import Profile, SchemeCost
 from ssgd.perf.paper import PAPER_MODELS, SCALING_SCHEMES, paper_model
-from ssgd.tools import schemes as conf_schemes
+from ssgd.tools import scheme_costs as conf_schemes
 
 ROOT = Path(__file__).resolve().parents[1]
 NETWORKS = (("1GbE", "32x1gbe"), ("10GbE", "32x10gbe"))

@@ -11,7 +11,7 @@
      `ssgd.perf.iteration.threads_step_time` (ceil(P/K) workers per thread, then the in-process
      collective, then one update).
    Both predictions use the same profile and the `local` alpha-beta constants; the scheme is built
-   from its conf/compressor YAML (`ssgd.tools.schemes`) with the run's achieved entries per rank
+   from its conf/compressor YAML (`ssgd.tools.scheme_costs`) with the run's achieved entries per rank
    (density/achieved x d: Gaussian-k's count is not trimmed to k).
 3. Prints, per backend and scheme, predicted next to measured part by part and writes
    paper_figs/out/validation_<model>.csv. Measured values are means over the steps after the first
@@ -51,7 +51,7 @@ from ssgd.run import build  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
 from ssgd.compress.sparse import k_of  # noqa: E402
 from ssgd.perf.iteration import IterationTime, Profile, iteration_time, threads_step_time  # noqa: E402
-from ssgd.tools import schemes as conf_schemes  # noqa: E402
+from ssgd.tools import scheme_costs as conf_schemes  # noqa: E402
 from ssgd.tools.measure import measure_profile  # noqa: E402
 from ssgd.worlds.base import usable_cores  # noqa: E402
 

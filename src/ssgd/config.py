@@ -18,6 +18,7 @@ import importlib
 import importlib.resources
 import inspect
 import math
+import os
 from collections.abc import Callable
 from dataclasses import MISSING as DC_MISSING
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -30,6 +31,8 @@ from hydra.errors import InstantiationException
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from ssgd.errors import BadArgument, ConfigError
+
+RANK_HOOK_ENV = "SSGD_RANK_HOOK"   # a file whose attach(trainer, world, cfg) each rank calls (ssgd.run.worker)
 
 
 class Backend(Enum):
@@ -134,8 +137,6 @@ def config_errors(key: str, make: Callable[[], T], node: Any = None) -> T:
     message = str(failure).strip()
     message = message.splitlines()[0] if message else "invalid value"
     raise ConfigError(f"{key}: {message}") from None
-
-
 
 
 @dataclass
@@ -312,11 +313,16 @@ class WandbConfig:
 @dataclass
 class DebugConfig:
     """Fault injection, to test that backend=mpi and backend=torch never hang: read by the tests' rank hook
-    (tests/rank_faults.py, named by SSGD_RANK_HOOK; ssgd.run.worker); a rank without the hook ignores it."""
+    (tests/rank_faults.py, named by SSGD_RANK_HOOK; ssgd.run.worker); without the hook, setting `fail_rank` is refused)."""
 
     fail_rank: Optional[int] = None  # this rank (backend=mpi or torch) fails ...
     fail_step: int = 1               # ... when it starts this step (1-based)
     fail_mode: FailMode = FailMode["raise"]
+
+    def __post_init__(self) -> None:
+        if self.fail_rank is not None and not os.environ.get(RANK_HOOK_ENV):
+            raise ConfigError(f"debug.fail_rank={self.fail_rank}: fault injection runs in the tests' rank hook only; set "
+                              f"{RANK_HOOK_ENV}=tests/rank_faults.py (docs/faults.md)")
 
 
 @dataclass

@@ -154,7 +154,7 @@ def test_relayout_moves_each_parameters_residual_to_its_new_bucket():
     (0, 1): every parameter's residual entries move, and the old bucket is dropped."""
     from ssgd.ddp import SparseHook
     from ssgd.scheme_config import build_scheme
-    from ssgd.tools.schemes import load_config
+    from ssgd.tools.scheme_costs import load_config
 
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 2, 4)]
     config = load_config("topk")
@@ -176,7 +176,7 @@ def test_a_sparse_average_goes_straight_to_ddps_layout():
     from ssgd.ddp import SparseHook
     from ssgd.scheme_config import build_scheme
     from ssgd.payload import Sparse
-    from ssgd.tools.schemes import load_config
+    from ssgd.tools.scheme_costs import load_config
 
     sizes = (3, 2, 4)
     params = [torch.nn.Parameter(torch.zeros(n)) for n in sizes]

@@ -84,7 +84,7 @@ def test_the_example_refuses_bad_settings_in_one_line(example):
 
 
 def test_the_example_is_modelled_by_the_iteration_model(example):
-    from ssgd.tools.schemes import selection_cost
+    from ssgd.tools.scheme_costs import selection_cost
 
     yaml = OmegaConf.load(example / "compressor" / "hardthreshold.yaml")
     assert selection_cost(yaml, "hardthreshold") == "linear"

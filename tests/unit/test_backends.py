@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, make_cfg
-from ssgd.config import Backend
+from ssgd.config import Backend, DebugConfig
+from ssgd.errors import ConfigError
 from ssgd.run import backends, build, worker
 from ssgd.worlds.base import ThreadWorld
 
@@ -68,3 +69,13 @@ def test_no_backend_is_named_where_the_table_is_asked(module):
 def test_the_worker_refuses_a_backend_without_a_launcher(capsys):
     assert worker.main(["thread", "w.yaml"]) == 2
     assert capsys.readouterr().err.startswith("usage: python -m ssgd.run.worker {mpi,torch} ")
+
+
+def test_fault_injection_without_the_rank_hook_is_refused_in_one_line(monkeypatch):
+    """debug.fail_rank does nothing outside the tests' rank hook, so a run that sets it without the hook is refused
+    rather than trained as if no fault had been asked for."""
+    monkeypatch.delenv("SSGD_RANK_HOOK", raising=False)
+    with pytest.raises(ConfigError, match=r"^debug.fail_rank=1: fault injection runs in the tests' rank hook only"):
+        DebugConfig(fail_rank=1)
+    monkeypatch.setenv("SSGD_RANK_HOOK", "tests/rank_faults.py")
+    assert DebugConfig(fail_rank=1).fail_rank == 1

@@ -151,7 +151,7 @@ def test_no_room_imports_its_own_floor_or_above():
 
 @pytest.mark.parametrize("room, source", [("loop", "from ssgd.run import build"), ("comm", "import ssgd.loop.sync"),
                                           ("models", "from ssgd.models import mlp\nfrom ssgd.comm.executors import thread"),
-                                          ("compress", "from ssgd.comm.ops import Send"), ("ddp", "from ssgd.tools import schemes"),
+                                          ("compress", "from ssgd.comm.ops import Send"), ("ddp", "from ssgd.tools import scheme_costs"),
                                           ("perf", "import ssgd"), ("data", "from ssgd.comm import wire"),
                                           ("native", "from ssgd.comm.collectives import gtopk"), ("comm", "from ssgd.comm.executors import thread"),
                                           ("comm.collectives", "from ssgd.comm.executors.thread import run_threads"),

@@ -97,6 +97,6 @@ def test_logged_comm_model_and_bytes_are_the_cost_model(compressor, cluster, tmp
 def test_a_diverging_run_stops_and_says_so(tmp_path):
     summary, _ = train(tmp_path, "optimizer.lr=1e12", "compressor=dense", "trainer.max_steps=30")
     assert 1 <= summary["diverged_at_step"] == summary["steps"] < 30
-    from ssgd.run.report import report
+    from ssgd.run.final_lines import final_lines
 
-    assert "DIVERGED" in report(summary)
+    assert "DIVERGED" in final_lines(summary)

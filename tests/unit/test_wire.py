@@ -370,7 +370,7 @@ def test_16bit_values_send_six_bytes_per_entry_in_training(tmp_path):
 
 
 def test_the_iteration_model_times_dense16_as_two_byte_elements():
-    from ssgd.tools.schemes import scheme
+    from ssgd.tools.scheme_costs import scheme
 
     dense, dense16 = scheme("dense", 10_000), scheme("dense16", 10_000)
     assert dense16.collective.wire.values == "bf16" and dense.collective.wire.values == "fp32"

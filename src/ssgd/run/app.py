@@ -83,7 +83,7 @@ def train_here(spec: RunSpec, run_dir: Path, phases: Phases) -> float:
     """Train every rank in this process; returns the final val accuracy."""
     from ssgd.loop.stop import StopRequest
     from ssgd.run import build
-    from ssgd.run.report import diverged, report
+    from ssgd.run.final_lines import diverged, final_lines
 
     stop = StopRequest()
     with stop.installed():                     # SIGTERM / SIGINT: checkpoint at the next step boundary
@@ -101,7 +101,7 @@ def train_here(spec: RunSpec, run_dir: Path, phases: Phases) -> float:
         finally:
             world.close()
             writer.close()
-    log.info(report(summary))
+    log.info(final_lines(summary))
     log.info(f"  outputs: {run_dir}")
     log_figure(run_dir)
     if diverged(summary):
@@ -110,9 +110,9 @@ def train_here(spec: RunSpec, run_dir: Path, phases: Phases) -> float:
 
 
 def log_figure(run_dir: Path) -> None:
-    """Write the run's figure (ssgd.utils.summarize.run_figure) and name it in the run's last log line; a
+    """Write the run's figure (ssgd.utils.result_files.run_figure) and name it in the run's last log line; a
     figure that cannot be drawn costs one warning line, never the run's results."""
-    from ssgd.utils.summarize import run_figure
+    from ssgd.utils.result_files import run_figure
 
     try:
         log.info(f"  report: {run_figure(run_dir)}  (python -m ssgd.report {run_dir} draws it again)")

@@ -1,6 +1,6 @@
 """A sweep survives one bad point: every point runs, a failed point leaves its one line in
 `<job folder>/error.txt`, and at the end `SweepReport` (a Hydra callback registered in conf/config.yaml)
-writes the sweep's summary table and overlay figure (ssgd.utils.summarize), prints a table of the failed
+writes the sweep's summary table and overlay figure (ssgd.utils.result_files), prints a table of the failed
 points and exits with the first failed point's status.
 
 An interrupted point (SIGINT, SIGTERM) stops the whole sweep at once instead: that is what the signal asks.
@@ -71,9 +71,9 @@ def failures_in(sweep_dir: Path, since: float) -> list[tuple[int, str, PointFail
 
 
 def write_sweep_report(sweep_dir: Path) -> None:
-    """Write the sweep's table and overlay figure (ssgd.utils.summarize.sweep_table) and name them in the
+    """Write the sweep's table and overlay figure (ssgd.utils.result_files.sweep_table) and name them in the
     sweep's last lines; one that cannot be drawn costs one warning line, never the points' results."""
-    from ssgd.utils.summarize import sweep_table
+    from ssgd.utils.result_files import sweep_table
 
     try:
         written = sweep_table(sweep_dir)

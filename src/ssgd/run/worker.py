@@ -32,7 +32,7 @@ from ssgd.run import backends
 from ssgd.run.job import ENDED_ENV, ENDED_FILE
 
 log = logging.getLogger(__name__)
-HOOK_ENV = "SSGD_RANK_HOOK"
+HOOK_ENV = config.RANK_HOOK_ENV
 USAGE = ("usage: python -m ssgd.run.worker {" + ",".join(backends.launched()) + "} RUN_DIR/worker_config.yaml  "
          "(started by `python src/train.py backend=...`; `mpi.launch=false` / `dist.launch=false` print the "
          "mpirun / torchrun / srun commands)")
@@ -242,7 +242,7 @@ def build_rank(world: Any, path: Path, stop: Any) -> tuple[Any, Any, config.Conf
 
 def train(world: Any, trainer: Any, writer: Any, run_dir: Path) -> int:
     """Train; 0 when the run finished well, else the job ends here with the run's status."""
-    from ssgd.run.report import diverged, report
+    from ssgd.run.final_lines import diverged, final_lines
 
     try:
         summary = trainer.fit()
@@ -259,7 +259,7 @@ def train(world: Any, trainer: Any, writer: Any, run_dir: Path) -> int:
         end_alone(world, EXIT_FAILED)
     writer.close()
     if world.is_root:
-        log.info(report(summary))
+        log.info(final_lines(summary))
         log.info(f"  outputs: {run_dir}")
     if diverged(summary) is None:
         return 0

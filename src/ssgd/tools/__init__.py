@@ -4,6 +4,6 @@
     python -m ssgd.tools.measure ...        # profile a configured model on this machine -> Profile JSON
     python -m ssgd.tools.make_profiles      # rebuild the shipped profiles from the gTop-k paper's numbers
 
-`ssgd.tools.schemes` builds the model's `SchemeCost` of any conf/compressor/<name>.yaml. `ssgd.perf`
+`ssgd.tools.scheme_costs` builds the model's `SchemeCost` of any conf/compressor/<name>.yaml. `ssgd.perf`
 never imports this package (it holds models only).
 """

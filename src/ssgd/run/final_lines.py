@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-def report(summary: dict) -> str:
+def final_lines(summary: dict) -> str:
     """The lines printed at the end of a run."""
     keys = [("val/acc", "final val accuracy", "{:.4f}"), ("val/loss", "final val loss", "{:.4f}"),
             ("time/step_s", "measured time per step on this machine", "{:.4f} s"),

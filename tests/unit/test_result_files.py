@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ssgd.utils import summarize
+from ssgd.utils import result_files
 from tests.conftest import ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -26,22 +26,22 @@ def fake_run(run_dir, overrides, acc, compressor):
 
 def test_run_figure_is_a_png_in_the_run_dir(tmp_path):
     fake_run(tmp_path / "run", ["compressor=topk"], 0.5, "topk")
-    out = summarize.run_figure(tmp_path / "run")
-    assert out == tmp_path / "run" / summarize.RUN_FIGURE and out.read_bytes()[:8] == PNG
+    out = result_files.run_figure(tmp_path / "run")
+    assert out == tmp_path / "run" / result_files.RUN_FIGURE and out.read_bytes()[:8] == PNG
 
 
 def test_sweep_table_has_one_row_per_point_with_the_swept_keys(tmp_path):
     fake_run(tmp_path / "1-compressor=gtopk,seed=3", ["compressor=gtopk", "seed=3", "trainer.max_steps=20"], 0.7, "gtopk")
     fake_run(tmp_path / "0-compressor=topk,seed=3", ["compressor=topk", "seed=3", "trainer.max_steps=20"], 0.6, "topk")
     (tmp_path / "2-failed").mkdir()                                   # a point without summary.json is left out
-    written = summarize.sweep_table(tmp_path)
-    assert [p.name for p in written] == [summarize.SWEEP_CSV, summarize.SWEEP_MD, summarize.SWEEP_FIGURE]
-    rows = list(csv.DictReader((tmp_path / summarize.SWEEP_CSV).open()))
+    written = result_files.sweep_table(tmp_path)
+    assert [p.name for p in written] == [result_files.SWEEP_CSV, result_files.SWEEP_MD, result_files.SWEEP_FIGURE]
+    rows = list(csv.DictReader((tmp_path / result_files.SWEEP_CSV).open()))
     assert [(r["point"], r["compressor"], r["val/acc"]) for r in rows] == [("0", "topk", "0.6"), ("1", "gtopk", "0.7")]
     assert "seed" not in rows[0] and "trainer.max_steps" not in rows[0]   # the same in every point: not a column
-    md = (tmp_path / summarize.SWEEP_MD).read_text().splitlines()
+    md = (tmp_path / result_files.SWEEP_MD).read_text().splitlines()
     assert md[0].startswith("| point | compressor |") and len(md) == 4
-    assert (tmp_path / summarize.SWEEP_FIGURE).read_bytes()[:8] == PNG
+    assert (tmp_path / result_files.SWEEP_FIGURE).read_bytes()[:8] == PNG
 
 
 @pytest.mark.slow
