@@ -66,7 +66,7 @@ def step_medians(records: list[dict[str, Any]], warmup: int) -> dict[str, float]
 def efficiencies(profile: Any, scheme: str, P: int, measured: dict[str, float], net: Any) -> dict[str, float]:
     """eff_testbed, eff_raw, eff_model (module docstring) of one run."""
     from ssgd.perf.iteration import iteration_time
-    from ssgd.tools import scheme_costs
+    from ssgd.tools import scheme_costs as schemes
 
     model = iteration_time(profile, schemes.scheme(scheme, profile.d), net, P)
     single = profile.single_worker_seconds()

@@ -171,9 +171,9 @@ class SparseHook:
             self._thread = threading.Thread(target=self._serve, args=(self._queue,), name="ssgd-ddp-comm",
                                             daemon=True)
             self._thread.start()
-            # Closed before the interpreter finalizes: a daemon thread still waiting on its queue while torch's
-            # process groups are torn down aborted one exit in three ("terminate called without an active
-            # exception", status 134) in a script that never called close().
+            # Closed before the interpreter finalizes, also in a script that never calls close(): a daemon
+            # thread must not be waiting on its queue while torch's process groups are torn down (that aborts
+            # the process: "terminate called without an active exception", status 134; docs/faults.md).
             self._at_exit = functools.partial(_close_live, weakref.ref(self))
             atexit.register(self._at_exit)
         return self._queue

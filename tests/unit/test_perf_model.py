@@ -16,7 +16,7 @@ from ssgd.perf.iteration import (SELECTION_COSTS, Profile, SchemeCost, iteration
                                  scaling_efficiency, threads_step_time)
 from ssgd.perf.paper import PAPER_MODELS
 from ssgd.perf.wfbp import no_overlap_seconds, wfbp_seconds, wfbp_starts
-from ssgd.tools import scheme_costs
+from ssgd.tools import scheme_costs as schemes
 from ssgd.tools.make_profiles import main as make_profiles_main
 
 GBE = AlphaBeta(alpha=4.36e-4, beta=9e-9)             # conf/cluster/32x1gbe.yaml

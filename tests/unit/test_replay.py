@@ -17,7 +17,7 @@ from ssgd.models import replay as replay_mod
 from ssgd.perf import profiles
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.perf.iteration import iteration_time
-from ssgd.tools import scheme_costs
+from ssgd.tools import scheme_costs as schemes
 from tests.conftest import paper_script
 
 IMAGE = DataSpec("image", (3, 32, 32), 10, "synthetic_cifar10")

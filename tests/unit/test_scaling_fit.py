@@ -7,7 +7,7 @@ import pytest
 
 from ssgd.perf.alphabeta import AlphaBeta
 from ssgd.perf.iteration import Profile, iteration_seconds
-from ssgd.tools import scheme_costs
+from ssgd.tools import scheme_costs as schemes
 from tests.conftest import paper_script
 
 fit = paper_script("scaling_fit")

@@ -92,8 +92,8 @@ class BlockPeaks:
     """The largest |u_j| of each block of `block` consecutive entries of the 1-D tensor u (the last
     d mod block entries form a tail that is always visited), and with `sums` u's float64 `float64_sums`.
 
-    On a float32 CPU u the C kernel (`ssgd.native.block_peaks`) reads u once for both (3.5 ms at
-    d = 25M; its sums are in a fixed order of its own, equal to `float64_sums` to ~1e-14 relative);
+    On a float32 CPU u the C kernel (`ssgd.native.block_peaks`) reads u once for both (timings:
+    docs/hot-path.md; its sums are in a fixed order of its own, equal to `float64_sums` to ~1e-14 relative);
     elsewhere one `amax` and one `amin` (two reads of u, no d-sized temporary; `abs().amax()` would
     write one), and `float64_sums`. The peaks are the same either way (a NaN in a block makes its peak NaN).
 

@@ -14,8 +14,7 @@ remembers which positions the previous result set:
 
 On the CPU the buffer lives in memory the kernel may back with 2 MiB transparent huge pages
 (`hugepage_zeros`): the k scattered writes of a sparse result then miss the TLB on far fewer pages
-(at d = 25M, k = 26,214: 0.57 against 1.42 ms per decode on this machine, and 27 against 112 ms to
-allocate and touch it once).
+(timings with their command: docs/hot-path.md).
 
 The bits equal `Reduced.average()`'s. Contract: between two calls, nobody writes into the buffer
 except by scaling it in place by a finite factor (gradient clipping does, which keeps zeros zero);

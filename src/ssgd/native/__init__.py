@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "gtopk_merge.c"
 SOURCES = (SOURCE, HERE / "block_peaks.c", HERE / "topk_select.c")
 PREFIX = "_ssgd_native-"
-STALE = ("_ssgd_native-*.so", "_gtopk_merge-*.so")   # older builds, and the library's earlier name
+STALE = ("_ssgd_native-*.so", "_gtopk_merge-*.so")   # libraries of other sources, under either name they had
 log = logging.getLogger(__name__)
 
 _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
@@ -80,7 +80,7 @@ def build(force: bool = False) -> Path:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    for pattern in STALE:                                      # builds of older sources
+    for pattern in STALE:                                      # builds of other sources
         for stale in target.parent.glob(pattern):
             if stale != target:
                 stale.unlink(missing_ok=True)

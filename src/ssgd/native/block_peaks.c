@@ -4,8 +4,8 @@
  * Learning", arXiv:1911.08772; released code hclhkbu/GaussianK-SGD) needs the mean and standard
  * deviation of u, then counts the entries above thresholds; the lab's exact Top-k needs the largest
  * |u_j| of every block of consecutive entries (ssgd/compress/sparse.py, `BlockPeaks`). As torch
- * operations that is four reads of u and a float64 copy of every chunk (20 ms at d = 25M on one
- * thread); this loop reads u once (3.5 ms with AVX2, at the memory's speed; docs/hot-path.md).
+ * operations that is four reads of u and a float64 copy of every chunk; this loop reads u once, at
+ * the memory's speed (timings with their command: docs/hot-path.md).
  *
  * Semantics (the torch fallback in ssgd/compress/sparse.py; tests/unit/test_block_peaks.py):
  *   - peak[b] = max |u_j| over block b (entries b*block .. b*block+block-1), for b < n / block,

@@ -271,7 +271,7 @@ def metric_writer(s: RunSpec, run_dir: Path, world: World, resume: checkpoint.Re
         run = resume.shared.get("run", {})
         run_id = run.get("wandb_id")
         if resume.path.parent.resolve() == Path(run_dir).resolve():
-            keep = run.get("records", sys.maxsize)       # older checkpoints: keep every record
+            keep = run.get("records", sys.maxsize)       # a checkpoint without a record count: keep every record
     elif resume is None and c.trainer.resume == checkpoint.AUTO:
         keep = 0
     init = wandb_run.init_kwargs(to_plain(s.cfg), *wandb_run.hydra_context(run_dir))

@@ -32,9 +32,8 @@ Cost per rank and call: O(k) on arrays of k entries, never O(d). Inside the tree
 the wire's int32 indices and in increasing index order (payloads of `select_topk` already are; any
 other order is sorted once, on the first merge). A merge is the C kernel of `ssgd.native`: one walk
 over both operands that sums common indices, a radix selection of the k-th largest magnitude, and
-one compaction that keeps index order (about 0.5 ms at k = 26,214 on this machine, against 2.3 ms
-for the same steps as torch CPU operations: a sorted `torch.unique`, a scatter-add, `torch.topk`,
-which remain the fallback on GPUs and where no C compiler is found; docs/hot-path.md). Ties at the
+one compaction that keeps index order (timings: docs/hot-path.md), in place of the same steps as
+torch CPU operations: a sorted `torch.unique`, a scatter-add, `torch.topk`, which remain the fallback on GPUs and where no C compiler is found; docs/hot-path.md). Ties at the
 top-k boundary go to the lower index, NaN magnitudes rank above infinity, on both paths. Messages
 are packed into and received in per-rank buffers that the collective keeps between calls
 (`_RankBuffers`, one set per rank, also under the in-process executor where all P ranks share this
