@@ -12,6 +12,7 @@ from torch_ranks import run_ranks
 DELAY_S = 0.2                   # well above a loaded machine's scheduling jitter
 
 
+@pytest.mark.slow              # a rank sleeps on purpose: wall-clock seconds, not computation
 @pytest.mark.parametrize("P, slow", [(2, 1), (3, 0)])
 def test_a_late_rank_shows_as_wait_not_as_cost(tmp_path, P, slow):
     out = run_ranks(P, late_rank_summary, (slow, DELAY_S, str(tmp_path)), timeout=120)[0]

@@ -95,6 +95,7 @@ def test_sweep_file_calls_the_project_interpreter_and_optimizes_the_right_metric
                                {"name": "val/acc", "goal": "maximize"})
 
 
+@pytest.mark.slow              # composes every value of every sweep: about 15 s; make test runs it
 @pytest.mark.parametrize("name", SWEEPS)
 def test_sweep_file_sets_valid_overrides(name):
     """Every value (or both ends of a distribution) composes and lands where the key says; a sweep that

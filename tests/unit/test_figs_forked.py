@@ -32,6 +32,7 @@ def server():
     return forked.server(runs_py.run_env(one_thread=True))
 
 
+@pytest.mark.slow              # the fresh run is a new interpreter (train.py), as the slow marker says
 def test_a_forked_run_equals_a_fresh_one(server, tmp_path):
     runs_py.train("fresh", JOB, tmp_path, {}, True, None)
     runs_py.train("forked", JOB, tmp_path, {}, True, server)
