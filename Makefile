@@ -34,7 +34,7 @@ test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~20 min o
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
 	$(PY) -m pytest -q -m serial
 
-test-fast: $(STAMP)  ## the tests not marked slow, on all cores (~1.5-2.5 min on 2 cores): in-process, plus ranks forked from a preloaded server; no train.py or fresh-interpreter runs, real wandb, paper-size models or figure scripts
+test-fast: $(STAMP)  ## the tests not marked slow, on all cores (~2-2.5 min on 2 cores): in-process, plus ranks forked from a preloaded server; no train.py or fresh-interpreter runs, real wandb, paper-size models or figure scripts
 	$(PY) -m pytest -q -m "not slow" -n auto
 
 # Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of
