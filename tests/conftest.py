@@ -49,16 +49,29 @@ def _composed(overrides: tuple[str, ...]) -> DictConfig:
 
 def train(tmp_path: Path, *overrides: str) -> tuple[dict, list[torch.Tensor]]:
     """Build and run one training in this process; returns (summary, final parameters)."""
+    return fit(make_cfg(*overrides), tmp_path)
+
+
+def fit(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[torch.Tensor]]:
+    """Build and run the training of a composed config in this process; returns (summary, final parameters)."""
     from ssgd.run import build
 
-    cfg = make_cfg(*overrides)
-    trainer, writer, world = build.trainer(cfg, tmp_path)
+    trainer, writer, world = build.trainer(cfg, run_dir)
     try:
         summary = trainer.fit()
     finally:
         world.close()
         writer.close()
     return summary, [p.detach().clone() for p in trainer.params]
+
+
+def doc_block(doc: Path, label: str) -> str:
+    """The fenced code block that follows the line "`label`:" in the page `doc` (a recipe's file)."""
+    import re
+
+    match = re.search(rf"^`{re.escape(label)}`:\n\n```\w*\n(.*?)^```", doc.read_text(), re.S | re.M)
+    assert match, f"{doc.name}: no code block after `{label}`:"
+    return match.group(1)
 
 
 @pytest.fixture

@@ -13,17 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, train
+from conftest import ROOT, doc_block, train
 
 DOC = ROOT / "docs" / "adding-a-backend.md"
 RUN = ["trainer.max_steps=4", "trainer.batch_size=16", "trainer.checkpoint_every_steps=4", "cluster.world_size=3"]
 
 
 def block_after(label: str) -> str:
-    """The fenced code block that follows the line "`label`:" in the doc."""
-    match = re.search(rf"^`{re.escape(label)}`:\n\n```\w*\n(.*?)^```", DOC.read_text(), re.S | re.M)
-    assert match, f"{DOC.name}: no code block after `{label}`:"
-    return match.group(1)
+    return doc_block(DOC, label)
 
 
 def diff_blocks() -> list[str]:

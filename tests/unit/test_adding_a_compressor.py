@@ -3,7 +3,6 @@
 scheme trains, conserves u = sent + residual, refuses bad settings, and is modelled by ssgd.perf."""
 from __future__ import annotations
 
-import re
 import sys
 import types
 from pathlib import Path
@@ -14,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import ssgd.compress
-from conftest import CONF, FAST
+from conftest import CONF, FAST, doc_block
 from ssgd.run import build
 from ssgd.errors import ConfigError
 
@@ -23,11 +22,7 @@ MODULE = "ssgd.compress.hardthreshold"
 
 
 def block_after(label: str) -> str:
-    """The fenced code block that follows the line "`label`:" in the doc."""
-    text = DOC.read_text()
-    match = re.search(rf"^`{re.escape(label)}`:\n\n```\w*\n(.*?)^```", text, re.S | re.M)
-    assert match, f"{DOC.name}: no code block after `{label}`:"
-    return match.group(1)
+    return doc_block(DOC, label)
 
 
 @pytest.fixture

@@ -13,11 +13,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from conftest import CONF, FAST, ROOT
+from conftest import CONF, FAST, ROOT, fit
 from ssgd.comm.executors.thread import run_threads
 from ssgd.payload import Dense
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.run import build
 
 DOC = ROOT / "docs" / "layout.md"
 RUN = ["trainer.max_steps=6", "trainer.batch_size=16", "cluster.world_size=3", "trainer.epochs=1"]
@@ -70,16 +69,6 @@ def recipes(tmp_path: Path):
 def cfg_with(conf: Path, *overrides: str):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", [f"hydra.searchpath=[file://{conf}]", *FAST, *RUN, *overrides])
-
-
-def fit(cfg, run_dir: Path) -> tuple[dict, list[torch.Tensor]]:
-    trainer, writer, world = build.trainer(cfg, run_dir)
-    try:
-        summary = trainer.fit()
-    finally:
-        world.close()
-        writer.close()
-    return summary, [p.detach().clone() for p in trainer.params]
 
 
 @pytest.mark.parametrize("kind, title", [("model", "A model"), ("dataset", "A dataset"), ("collective", "A collective")])
