@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
+.PHONY: help setup simgrid report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	$(PY) -c "import torch, torchvision, hydra, mpi4py, wandb; print('setup ok: torch', torch.__version__)"
 	$(PY) -m ssgd.native || echo "setup: without the C kernels (above); everything works, gTop-k merges and selections are slower"
+	scripts/simgrid/install.sh $(VENV) || echo "setup: without SimGrid (above); everything but cluster.network.engine=simgrid and the simulated figures works"
 	touch $(STAMP)
+
+simgrid: $(STAMP)  ## SimGrid's Python bindings into .venv (root + apt: python3-simgrid, ~30 s; docs/simgrid.md#install)
+	scripts/simgrid/install.sh $(VENV)
 
 report: $(STAMP)  ## a run's figure, or a sweep's table + overlay: make report DIR=<run or sweep dir> (docs/reports.md)
 	PYTHONPATH=src $(PY) -m ssgd.report $(DIR)

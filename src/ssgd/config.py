@@ -139,12 +139,43 @@ def config_errors(key: str, make: Callable[[], T], node: Any = None) -> T:
     raise ConfigError(f"{key}: {message}") from None
 
 
+class NetEngine(Enum):
+    """How the target cluster's network is timed (`cluster.network.engine`)."""
+
+    alphabeta = "alphabeta"   # closed forms of ssgd.perf.cost (time/comm_model_s only)
+    simgrid = "simgrid"       # every collective also runs on SimGrid: time/comm_sim_s (docs/simgrid.md)
+
+
+@dataclass
+class TcpConfig:
+    """`cluster.network.simgrid.tcp:` SimGrid's network model settings (ssgd.perf.platform.TcpModel)."""
+
+    model: str = "LV08"                   # LV08 (latency and bandwidth factors apply) | CM02 (no factors)
+    latency_factor: float = 13.01         # SimGrid's defaults; `make simgrid-calibrate` fits them on the testbed
+    bandwidth_factor: float = 0.97
+    tcp_gamma: float = 4194304.0          # bytes: the TCP window that caps one flow at gamma / (2 x latency)
+
+
+@dataclass
+class SimGridConfig:
+    """`cluster.network.simgrid:` the simulated cluster (ssgd.perf.platform.Platform; docs/simgrid.md)."""
+
+    bandwidth_gbps: float = 1.0           # each host's NIC, each direction
+    latency_s: float = 5e-5               # one way, host to switch
+    switch: str = "star"                  # star (full bisection) | backbone (one shared switching capacity)
+    backbone_gbps: Optional[float] = None
+    backbone_latency_s: float = 0.0
+    tcp: TcpConfig = field(default_factory=TcpConfig)
+
+
 @dataclass
 class NetworkConfig:
-    """alpha-beta model of one link of the target cluster (Hockney)."""
+    """alpha-beta model of one link of the target cluster (Hockney), and its SimGrid platform."""
 
     alpha: float = MISSING  # seconds per message (latency)
     beta: float = MISSING   # seconds per byte (inverse bandwidth)
+    engine: NetEngine = NetEngine.alphabeta
+    simgrid: SimGridConfig = field(default_factory=SimGridConfig)
 
     def __post_init__(self) -> None:
         _finite_at_least(self.alpha, "cluster.network.alpha", 0.0, what=" (seconds per message)")
@@ -354,6 +385,9 @@ class Config:
                 and not str(self.device).startswith("cuda")):
             raise ConfigError(f"dist.backend=nccl needs device=cuda (NCCL moves CUDA tensors only; device={self.device}); "
                               "use dist.backend=gloo or auto for CPU tensors")
+        if self.cluster.network.engine is NetEngine.simgrid and self.backend is not Backend.thread:
+            raise ConfigError(f"cluster.network.engine=simgrid needs backend=thread (every rank in one process, "
+                              f"each on its own simulated host); got backend={self.backend.value}")
         if self.dist.emit is DistEmit.sbatch and self.backend is not Backend.torch:
             raise ConfigError(f"dist.emit=sbatch needs backend=torch (got backend={self.backend.value}); for "
                               "backend=mpi submit scripts/slurm/mpi_mpirun.sbatch or mpi_srun.sbatch")

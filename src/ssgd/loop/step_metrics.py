@@ -24,26 +24,29 @@ class RankMetrics:
     bytes_sent: int
     staging_s: float         # device <-> host copies of the MPI executor
     comm_s: float            # its own seconds in the collective, from entering to leaving (waits included)
+    sim_s: float             # its simulated seconds in the collective (the SimGrid executor; 0 elsewhere)
     stop: int                # the signal number of a stop request this rank received (0: none)
 
 
 def rank_metrics(synced: Synced[LocalStats], stop: int) -> list[RankMetrics]:
     """This process's local ranks' rows of one step (`stop`: this process's stop signal, 0: none)."""
     return [RankMetrics(s.loss, s.correct, s.samples, s.compute_s, compress_s, p.count, log.stats.messages,
-                        log.stats.bytes, log.staging_s, synced.comm_s, stop)
+                        log.stats.bytes, log.staging_s, synced.comm_s, log.clock, stop)
             for s, compress_s, p, log in zip(synced.local, synced.compress_s, synced.payloads, synced.logs)]
 
 
 def step_metrics(rows: list[RankMetrics], density: float, d: int, collective: Collective, net: AlphaBeta,
-                 wall: tuple[float, float, float]) -> dict[str, float]:
+                 wall: tuple[float, float, float], simulated: bool = False) -> dict[str, float]:
     """Metrics of one step over all P ranks' `rows`; wall = (compute phase, collective, update) seconds;
-    the modelled communication is `collective`'s on the network `net`."""
+    the modelled communication is `collective`'s on the network `net`. `simulated`: the collective ran on
+    SimGrid, and `time/comm_sim_s` is the slowest rank's simulated seconds in it."""
     P, counts, sent = len(rows), [m.count for m in rows], [m.bytes_sent for m in rows]
     comm_model = collective.model_seconds(net, P, d, counts)
     compute_s, compress_s = sum(m.compute_s for m in rows) / P, sum(m.compress_s for m in rows) / P
     iter_model = compute_s + compress_s + comm_model + wall[2]
     samples = sum(m.samples for m in rows)
-    return {
+    sim = {"time/comm_sim_s": max(m.sim_s for m in rows)} if simulated else {}
+    return sim | {
         "train/loss": sum(m.loss for m in rows) / P,
         "train/acc": sum(m.correct for m in rows) / samples,
         "density/target": density, "density/achieved": sum(counts) / (P * d),

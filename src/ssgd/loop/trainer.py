@@ -81,6 +81,7 @@ class Trainer:
                  stop: StopRequest | None = None) -> None:
         self.cfg, self.out = cfg, out
         self.world, self.data, self.loader, self.net = parts.world, parts.data, parts.loader, parts.net
+        self.simulated = getattr(parts.world, "platform", None) is not None   # ThreadWorld on SimGrid
         self.replicas, self.sync = parts.replicas, parts.sync
         self.optimizer, self.schedule = parts.optimizer, parts.schedule
         self.params, self.d, self.device = self.replicas.params, self.replicas.d, self.replicas.device
@@ -127,7 +128,7 @@ class Trainer:
         rows = self.world.allgather(rank_metrics(synced, self.stop.signum or 0))
         self.stop_seen = max(m.stop for m in rows)
         wall = (synced.compute_phase_s, synced.comm_s, synced.decode_settle_s + apply_s)
-        return step_metrics(rows, density, self.d, synced.collective, self.net, wall)
+        return step_metrics(rows, density, self.d, synced.collective, self.net, wall, self.simulated)
 
     # -- evaluation ------------------------------------------------------------------------------
     @torch.no_grad()

@@ -25,16 +25,18 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from ssgd.comm.executors import simgrid_engine
 from ssgd.loop import checkpoint
 from ssgd.run import backends, footprint
 from ssgd.loop.capture import Capture
-from ssgd.config import Config, TrainConfig, WandbMode, check_all_targets, config_errors, locate, to_plain
+from ssgd.config import Config, NetEngine, TrainConfig, WandbMode, check_all_targets, config_errors, locate, to_plain
 from ssgd.data.base import DataSpec, TensorData
 from ssgd.data.loader import ShardedLoader, steps_per_epoch
 from ssgd.data.probe import probe
 from ssgd.errors import AlreadyFinished, ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.perf.platform import Platform, TcpModel, gbps
 from ssgd.loop.schedule import LRSchedule
 from ssgd.loop.stop import StopRequest
 from ssgd.loop.replica import Replicas
@@ -73,6 +75,8 @@ def spec(cfg: DictConfig, config: Config | None = None) -> RunSpec:
     here, after the imports their targets need."""
     config = checked_config(cfg) if config is None else config
     check_all_targets(cfg)
+    if platform(config) is not None:       # a bad cluster.network.simgrid value fails here, in one line
+        simgrid_engine.load()              # and so do missing SimGrid bindings
     P = config.cluster.world_size
     net = config.cluster.network
     make_optimizer = optimizer_factory(cfg)
@@ -87,6 +91,19 @@ def prints_only(config: Config) -> bool:
     prepares a job for other machines (e.g. GPU nodes, from a CPU login node), so it needs neither their device
     nor their number of cores."""
     return backends.parts(config.backend).prints_only(config)
+
+
+def platform(config: Config) -> Platform | None:
+    """The SimGrid platform of `cluster.network.simgrid` when `cluster.network.engine=simgrid`, else None;
+    ConfigError naming the key of a bad value."""
+    net = config.cluster.network
+    if net.engine is not NetEngine.simgrid:
+        return None
+    sg, tcp = net.simgrid, net.simgrid.tcp
+    return Platform(hosts=config.cluster.world_size, bandwidth=gbps(sg.bandwidth_gbps), latency=sg.latency_s,
+                    switch=sg.switch, backbone_bandwidth=None if sg.backbone_gbps is None else gbps(sg.backbone_gbps),
+                    backbone_latency=sg.backbone_latency_s,
+                    tcp=TcpModel(tcp.model, tcp.latency_factor, tcp.bandwidth_factor, tcp.tcp_gamma))
 
 
 def network(cfg: DictConfig) -> AlphaBeta:
@@ -295,7 +312,8 @@ def local_world(c: Config) -> World:
     parts = backends.parts(c.backend)
     if not parts.in_process:
         raise ValueError(f"backend={parts.name}: every rank is a process; pass the rank's World (ssgd.run.worker)")
-    return parts.make_world(c.cluster.world_size, c.threads)
+    sim = platform(c)
+    return parts.make_world(c.cluster.world_size, c.threads, *([sim] if sim is not None else []))
 
 
 def trainer(cfg: DictConfig | RunSpec, run_dir: Path, world: World | None = None,

@@ -7,6 +7,8 @@ def final_lines(summary: dict) -> str:
     keys = [("val/acc", "final val accuracy", "{:.4f}"), ("val/loss", "final val loss", "{:.4f}"),
             ("time/step_s", "measured time per step on this machine", "{:.4f} s"),
             ("time/comm_model_s", f"modelled communication per iteration on {summary['cluster']}", "{:.6f} s"),
+            ("time/comm_sim_s", f"simulated communication per iteration on {summary['cluster']} (SimGrid)",
+             "{:.6f} s"),
             ("time/iter_model_s", f"modelled time per iteration on {summary['cluster']}", "{:.4f} s"),
             ("throughput_model", f"modelled throughput on {summary['cluster']}", "{:.1f} samples/s")]
     lines = [f"{summary['compressor']} S-SGD, P={summary['world_size']}, {summary['steps']} steps, "

@@ -26,6 +26,7 @@ from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.ops import RankLog
 from ssgd.comm.executors.thread import run_threads
 from ssgd.payload import Payload
+from ssgd.perf.platform import Platform
 
 T = TypeVar("T")
 
@@ -63,9 +64,11 @@ def usable_cores() -> int:
 class ThreadWorld:
     """P virtual ranks in this process, computed on K pool threads."""
 
-    def __init__(self, P: int, threads: int | None = None) -> None:
+    def __init__(self, P: int, threads: int | None = None, platform: Platform | None = None) -> None:
+        """`platform`: run every collective on SimGrid's simulation of it (`ssgd.comm.executors.simgrid`), with the
+        same results; each rank's `RankLog.clock` then holds its simulated seconds in the call. None: lock step."""
         torch.set_num_threads(1)   # before any worker exists: the setting is per OS thread
-        self.size = P
+        self.size, self.platform = P, platform
         self.local_ranks = list(range(P))
         self.K = max(1, min(threads or usable_cores(), P))
         self.pool = ThreadPoolExecutor(self.K, thread_name_prefix="rank", initializer=torch.set_num_threads,
@@ -87,6 +90,9 @@ class ThreadWorld:
     def collective(self, collective: Collective,
                    payloads: Sequence[Payload]) -> tuple[list[Reduced], list[RankLog]]:
         """Results and logs of the local ranks, in rank order (here: all P)."""
+        if self.platform is not None:
+            from ssgd.comm.executors.simgrid import run_simgrid      # SimGrid's bindings load only when asked for
+            return run_simgrid(collective, payloads, self.platform)
         return run_threads(collective, payloads)
 
     def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -56,7 +56,7 @@ def _bcast(ops: list[Bcast]) -> torch.Tensor:
 RESULTS: dict[type, Callable[[list[Any]], Any]] = {Allreduce: _allreduce, Allgatherv: _allgatherv, Bcast: _bcast}
 
 
-def _describe(op: Op | None) -> str:
+def describe(op: Op | None) -> str:
     if op is None:
         return "done"
     peer = f"->{op.dest}" if isinstance(op, Send) else f"<-{op.source}" if isinstance(op, Recv) else ""
@@ -126,7 +126,7 @@ class _Lockstep:
         return True
 
     def deadlock(self) -> CollectiveDeadlock:
-        state = "; ".join(f"rank {r}: {_describe(op)}" for r, op in enumerate(self.pending))
+        state = "; ".join(f"rank {r}: {describe(op)}" for r, op in enumerate(self.pending))
         return CollectiveDeadlock(f"{self.name}: no rank can progress ({state})")
 
 
