@@ -18,6 +18,12 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("SSGD_RANK_HOOK", str(ROOT / "tests" / "rank_faults.py"))
 
 # Small, fast defaults for in-process runs; tests add their own overrides after these.
+# The one SimGrid platform of every in-process test (SimGrid builds one per process; ssgd.comm.executors.simgrid_engine):
+# 12 hosts, 1 Gbit/s NICs of 25 us, full bisection, CM02 (no TCP correction factors) without cross traffic, so that
+# a message alone on its links takes exactly 2 x 25 us + n / 125e6 s. Tests that need another network run it in a
+# subprocess.
+SIMGRID_TEST_PLATFORM = dict(hosts=12, bandwidth=1e9 / 8, latency=25e-6, tcp=("CM02", 1.0, 1.0, 4194304.0, False))
+
 FAST = ["wandb.mode=disabled", "trainer.progress=false", "trainer.log_every=1"]
 
 

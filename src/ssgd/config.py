@@ -154,6 +154,7 @@ class TcpConfig:
     latency_factor: float = 13.01         # SimGrid's defaults; `make simgrid-calibrate` fits them on the testbed
     bandwidth_factor: float = 0.97
     tcp_gamma: float = 4194304.0          # bytes: the TCP window that caps one flow at gamma / (2 x latency)
+    crosstraffic: bool = True             # acknowledgements load the reverse links (SimGrid's default)
 
 
 @dataclass

@@ -25,7 +25,8 @@ SWITCHES = ("star", "backbone")
 MODELS = ("LV08", "CM02")
 
 
-def _positive(value: object, key: str) -> float:
+def positive(value: object, key: str) -> float:
+    """`value` as a float when it is a finite number > 0; else ConfigError naming `key`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{key}={value!r}: must be a finite number > 0")
     return float(value)
@@ -40,23 +41,29 @@ def _non_negative(value: object, key: str) -> float:
 @dataclass(frozen=True)
 class TcpModel:
     """SimGrid's network model settings (`--cfg=network/...`): `model` LV08 (factors apply) or CM02 (plain
-    max-min sharing, no factors); `latency_factor`, `bandwidth_factor` > 0; `tcp_gamma` bytes > 0 (the window)."""
+    max-min sharing, no factors); `latency_factor`, `bandwidth_factor` > 0; `tcp_gamma` bytes > 0 (the window);
+    `crosstraffic`: each flow's TCP acknowledgements load the reverse links (SimGrid's default; a message then
+    slows the messages going the other way)."""
 
     model: str = "LV08"
     latency_factor: float = 13.01
     bandwidth_factor: float = 0.97
     tcp_gamma: float = 4194304.0
+    crosstraffic: bool = True
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ConfigError(f"cluster.network.simgrid.tcp.model={self.model!r}: allowed: {', '.join(MODELS)}")
-        _positive(self.latency_factor, "cluster.network.simgrid.tcp.latency_factor")
-        _positive(self.bandwidth_factor, "cluster.network.simgrid.tcp.bandwidth_factor")
-        _positive(self.tcp_gamma, "cluster.network.simgrid.tcp.tcp_gamma")
+        positive(self.latency_factor, "cluster.network.simgrid.tcp.latency_factor")
+        positive(self.bandwidth_factor, "cluster.network.simgrid.tcp.bandwidth_factor")
+        positive(self.tcp_gamma, "cluster.network.simgrid.tcp.tcp_gamma")
+        if not isinstance(self.crosstraffic, bool):
+            raise ConfigError(f"cluster.network.simgrid.tcp.crosstraffic={self.crosstraffic!r}: must be true or false")
 
     def engine_args(self) -> list[str]:
         """SimGrid command-line settings of this model."""
-        args = [f"--cfg=network/model:{self.model}", f"--cfg=network/TCP-gamma:{self.tcp_gamma:.0f}"]
+        args = [f"--cfg=network/model:{self.model}", f"--cfg=network/TCP-gamma:{self.tcp_gamma:.0f}",
+                f"--cfg=network/crosstraffic:{int(self.crosstraffic)}"]
         if self.model == "LV08":
             args += [f"--cfg=network/latency-factor:{self.latency_factor!r}",
                      f"--cfg=network/bandwidth-factor:{self.bandwidth_factor!r}"]
@@ -78,13 +85,13 @@ class Platform:
     def __post_init__(self) -> None:
         if isinstance(self.hosts, bool) or not isinstance(self.hosts, int) or self.hosts < 1:
             raise ConfigError(f"cluster.world_size={self.hosts!r}: a platform needs an integer >= 1 hosts")
-        _positive(self.bandwidth, "cluster.network.simgrid.bandwidth_gbps")
+        positive(self.bandwidth, "Platform.bandwidth (bytes/s)")
         _non_negative(self.latency, "cluster.network.simgrid.latency_s")
         _non_negative(self.backbone_latency, "cluster.network.simgrid.backbone_latency_s")
         if self.switch not in SWITCHES:
             raise ConfigError(f"cluster.network.simgrid.switch={self.switch!r}: allowed: {', '.join(SWITCHES)}")
         if self.switch == "backbone":
-            _positive(self.backbone_bandwidth, "cluster.network.simgrid.backbone_gbps")
+            positive(self.backbone_bandwidth, "Platform.backbone_bandwidth (bytes/s; cluster.network.simgrid.backbone_gbps)")
         elif self.backbone_bandwidth is not None:
             raise ConfigError("cluster.network.simgrid.backbone_gbps: set only with switch=backbone")
 

@@ -1,7 +1,7 @@
 """Execute a collective's P rank programs as SimGrid actors: rank r on simulated host r of a `Platform`.
 
 The fourth executor (docs/simgrid.md). Every rank's program runs unchanged, with the real payloads:
-  * `Send` / `Recv`: the real tensor travels through a mailbox named by (source, destination, tag), with
+  * `Send` / `Recv`: a copy of the real tensor travels through a mailbox named by (source, destination, tag), with
     the buffer's bytes as the message size; the receiver copies it into its `Recv` buffer;
   * `Allreduce`, `Allgatherv`, `Bcast`: each rank sends the point-to-point messages of the algorithm the
     ops' byte counts describe (`ssgd.perf.cost`): a ring reduce-scatter then ring allgather of
@@ -71,7 +71,8 @@ class SimRank:
     def execute(self, op: Op) -> Any:
         """Carry out `op` for this rank; what its program receives back."""
         if isinstance(op, Send):
-            self.put(f"p{self.r}>{op.dest}:{op.tag}", op.buf, nbytes(op.buf))
+            # a copy: the sender may run on and reuse its buffer before the receiver's actor copies it out
+            self.put(f"p{self.r}>{op.dest}:{op.tag}", op.buf.clone(), nbytes(op.buf))
             return None
         if isinstance(op, Recv):
             got = self.box(f"p{op.source}>{self.r}:{op.tag}").get()
@@ -101,10 +102,11 @@ class SimRank:
 
     def bcast(self, tag: str, size: int) -> None:
         """Binomial tree from rank 0 (MPICH's and Open MPI's binomial broadcast): receive from the parent, then
-        send to each child in turn, the largest subtree first, each send blocking: ceil(log2 P) rounds."""
+        send to each child in turn, each send blocking, the largest subtree first (in this tree, rank r's subtree
+        holds r + 2^j for the lower j, so the nearest child's is the largest): ceil(log2 P) rounds."""
         if self.r:
             self.box(f"{tag}>{self.r}").get()
-        for child in reversed(bcast_children(self.r, self.P)):
+        for child in bcast_children(self.r, self.P):
             self.put(f"{tag}>{child}", None, size)
 
     def result(self, n: int, slot: list[Any], op: Op) -> Any:
