@@ -132,3 +132,25 @@ def accounted(entries: dict[int, float], support: set[int] | None) -> dict[int, 
     if support is None:
         return dict(entries)
     return {i: v for i, v in entries.items() if i in support}
+
+
+# --- 5. Ok-Topk (Li and Hoefler, PPoPP 2022) ------------------------------------------------------------
+def oktopk_calls(calls: Sequence[Sequence[dict[int, float]]], tau: int) -> list[dict[int, np.float32]]:
+    """Ok-Topk's results for a sequence of calls (each: the P ranks' selections), from the paper: on calls
+    0, tau, 2 tau, ... the global top-k of the rank-order sum of the selections (k: the largest selection, as
+    every rank's exact top-k has k entries), and the k-th magnitude becomes the global threshold (0 when the sum
+    has at most k entries); on the other calls every entry of the sum whose magnitude reaches that threshold."""
+    out, threshold = [], 0.0
+    for c, entries in enumerate(calls):
+        total: dict[int, np.float32] = {}
+        for e in entries:
+            for i, v in e.items():
+                total[int(i)] = F32(total[int(i)] + F32(v)) if int(i) in total else F32(v)
+        if c % tau == 0:
+            k = max(len(e) for e in entries)
+            top = topk_of_dict(total, k)
+            threshold = min(abs(float(v)) for v in top.values()) if len(total) > k else 0.0
+            out.append(top)
+        else:
+            out.append({i: v for i, v in total.items() if abs(float(v)) >= threshold})
+    return out

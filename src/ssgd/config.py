@@ -227,6 +227,18 @@ class WireConfig:
 
 
 @dataclass
+class OkTopkConfig:
+    """`compressor.oktopk:` Ok-Topk's periods, in steps (Li and Hoefler, PPoPP 2022)."""
+
+    tau: int = 32           # exact local and global thresholds every tau steps, reused in between
+    tau_prime: int = 128    # region boundaries recomputed every tau_prime steps
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.tau, "compressor.oktopk.tau", 1)
+        _int_at_least(self.tau_prime, "compressor.oktopk.tau_prime", 1)
+
+
+@dataclass
 class CompressorConfig:
     """`compressor:` one communication scheme (conf/compressor/): a local compressor, the collective that
     aggregates its payloads, the error-feedback memory, and the density with its per-epoch warm-up."""
@@ -239,6 +251,7 @@ class CompressorConfig:
     memory: Any = MISSING                      # _target_: error-feedback memory (partial: takes d, device)
     wire: WireConfig = field(default_factory=WireConfig)
     min_compression: float = 0.0               # go dense when sparse bytes save less than this factor (0: never)
+    oktopk: Optional[OkTopkConfig] = None      # compressor=oktopk: its periods (conf/compressor/oktopk.yaml)
 
     def __post_init__(self) -> None:
         check_density(self.density, "compressor.density")

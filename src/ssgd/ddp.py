@@ -298,11 +298,13 @@ class SparseHook:
     def _bucket_scheme(self, first: int) -> Scheme:
         """The scheme with the random stream of the bucket that starts at parameter `first`: the trainer's
         (seed, rank) stream for the bucket holding parameter 0, a stream derived from (seed, first) else
-        (the same collective and memory, a compressor factory of that stream)."""
+        (the same memory, a compressor factory of that stream, and the collective's `fresh` instance: Ok-Topk's
+        thresholds are per bucket)."""
         if first == 0:
             return self.scheme
         seed = derive_seed(self.seed, first, "ddp-bucket")
-        return replace(self.scheme, make_compressor=compressor_factory(self.config, seed))
+        return replace(self.scheme, make_compressor=compressor_factory(self.config, seed),
+                       collective=self.scheme.collective.fresh())
 
 
 HALF_VALUES = {torch.bfloat16: "bf16", torch.float16: "fp16"}

@@ -34,12 +34,13 @@ def test_with_one_bucket_a_hook_step_equals_the_trainer_step(compressor, tmp_pat
     assert all(same_bits(a, b) for a, b in zip(out[0]["hook"], out[1]["hook"]))   # the ranks agree
 
 
-def test_several_buckets_train_and_the_ranks_agree(tmp_path):
+@pytest.mark.parametrize("compressor", ["gtopk", "oktopk"])      # oktopk: each bucket keeps its own thresholds
+def test_several_buckets_train_and_the_ranks_agree(tmp_path, compressor):
     """bucket_cap_mb=0.2 with find_unused_parameters=True: FNN-3's first layer in one bucket, the rest in another
     (whose gradients DDP orders last-layer first). Each bucket has its own selection and residual, so this is not
     the trainer's whole-model step; the ranks must still agree bitwise."""
     args = {"bucket_cap_mb": 0.2, "find_unused_parameters": True}
-    out = run_ranks(2, trainer_and_hook, ("gtopk", str(tmp_path), args), timeout=120)
+    out = run_ranks(2, trainer_and_hook, (compressor, str(tmp_path), args), timeout=120)
     assert out[0]["buckets"] == 2 and out[0]["calls"] == 2 * STEPS
     assert all(same_bits(a, b) for a, b in zip(out[0]["hook"], out[1]["hook"]))
     assert all(np.isfinite(a).all() for a in out[0]["hook"])

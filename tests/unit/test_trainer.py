@@ -69,10 +69,12 @@ def test_batchnorm_model_is_deterministic(tmp_path):
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("compressor", ["gtopk", "randomk"])
+@pytest.mark.parametrize("compressor", ["gtopk", "randomk", "oktopk"])
 def test_resume_from_a_checkpoint_is_bitwise(compressor, tmp_path):
+    # oktopk: the checkpoint (step 10) falls inside both reuse periods, so its thresholds and regions must resume
+    periods = ["compressor.oktopk.tau=3", "compressor.oktopk.tau_prime=4"] if compressor == "oktopk" else []
     args = [f"compressor={compressor}", "cluster.world_size=3", "model.dropout=0.3", "trainer.batch_size=128",
-            "trainer.checkpoint_every=1"]
+            "trainer.checkpoint_every=1", *periods]
     _, straight = train(tmp_path / "straight", *args, "trainer.epochs=2")
     train(tmp_path / "first", *args, "trainer.epochs=1")
     summary, resumed = train(tmp_path / "second", *args, "trainer.epochs=2",

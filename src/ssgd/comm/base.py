@@ -74,6 +74,18 @@ class Collective(ABC):
     def model_seconds(self, net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
         """Modelled time of one call on network `net`; counts[r] = entries rank r contributed."""
 
+    def fresh(self) -> Collective:
+        """An instance for another stream of calls (another DDP bucket): this one, unless the collective keeps
+        state between calls (`state_dict`), which one stream's calls must not share with another's."""
+        return self
+
+    def state_dict(self, rank: int) -> dict:
+        """What rank `rank`'s programs keep between calls, as a checkpoint saves it ({}: nothing, the default)."""
+        return {}
+
+    def load_state_dict(self, rank: int, state: dict) -> None:
+        """Restore rank `rank`'s state from `state_dict(rank)`'s output."""
+
     def check_numel(self, d: int) -> None:
         """ValueError (one line) when a model of d parameters cannot go through this collective, so
         that a configuration layer can refuse it before training."""

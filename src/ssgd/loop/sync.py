@@ -121,7 +121,7 @@ class RankCompression:
 
     def __init__(self, scheme: Scheme, rank: int, d: int, device: torch.device | str = "cpu",
                  parts: Sequence[torch.Size] = ()) -> None:
-        self.scheme, self.d = scheme, d
+        self.scheme, self.d, self.rank = scheme, d, rank
         self.compressor = scheme.make_compressor(rank)
         self.memory = scheme.make_memory(d, device)
         self.u: Tensor | None = None
@@ -160,12 +160,17 @@ class RankCompression:
         self.memory.update(reduced.sent(payload))
 
     def state_dict(self) -> dict:
-        """The residual's and the compressor's state (its random stream), as a checkpoint keeps them."""
-        return {"memory": self.memory.state_dict(), "compressor": self.compressor.state_dict()}
+        """The residual's and the compressor's state (its random stream), and this rank's state in the scheme's
+        collective when it keeps one (Ok-Topk's thresholds), as a checkpoint keeps them."""
+        state = {"memory": self.memory.state_dict(), "compressor": self.compressor.state_dict()}
+        collective = self.scheme.collective.state_dict(self.rank)
+        return state | ({"collective": collective} if collective else {})
 
     def load_state_dict(self, state: dict) -> None:
         self.memory.load_state_dict(state["memory"])
         self.compressor.load_state_dict(state["compressor"])
+        if "collective" in state:
+            self.scheme.collective.load_state_dict(self.rank, state["collective"])
 
 
 Backward = Callable[[int], tuple[Sequence[Tensor | None], T]]

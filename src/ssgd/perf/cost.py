@@ -171,3 +171,36 @@ def paper_dense_seconds(net: AlphaBeta, P: int, d: int) -> float:
 def paper_topk_seconds(net: AlphaBeta, P: int, k: int) -> float:
     """gTop-k paper's Top-k AllGather form: alpha log2 P + 2(P-1) k beta_element."""
     return net.alpha * math.log2(P) + 2 * (P - 1) * k * ELEMENT_BYTES * net.beta
+
+
+# --- Ok-Topk (Li and Hoefler, PPoPP 2022; ssgd.comm.collectives.oktopk) -------------------------------------
+def oktopk_sent(rank: int, P: int, to_others: int, gathered: Sequence[int], exact: bool,
+                regions: bool) -> tuple[int, int]:
+    """What rank `rank` sends in one Ok-Topk call: `to_others` of its selected entries lie in other ranks'
+    regions (8 bytes each, after a 4-byte count to each of the P - 1 others); `gathered[j]` entries of rank j
+    go into the final Allgatherv; an exact call first gathers every rank's payload count (8 bytes); a call that
+    recomputes the regions first gathers every rank's P - 1 int64 quantiles."""
+    if P == 1:
+        return 0, 0
+    messages, nbytes = 2 * (P - 1), 4 * (P - 1) + SPARSE_ENTRY_BYTES * to_others
+    for on, blocks in ((regions, [8 * (P - 1)] * P), (exact, [8] * P),
+                       (True, [SPARSE_ENTRY_BYTES * g for g in gathered])):
+        if on:
+            m, b = allgatherv_sent(rank, blocks)
+            messages, nbytes = messages + m, nbytes + b
+    return messages, nbytes
+
+
+def oktopk_seconds(net: AlphaBeta, P: int, k: int) -> float:
+    """A reuse call with balanced regions: P - 1 rotated exchanges (a count and k/P entries each), then a ring
+    allgatherv of k/P entries per rank: 3(P - 1) alpha + 16 k (P - 1) / P beta (per byte; 8-byte entries).
+    Exact calls and region updates (every tau, tau' calls) add two small gathers and larger blocks."""
+    if P == 1:
+        return 0.0
+    share = SPARSE_ENTRY_BYTES * k / P
+    return (P - 1) * (net.message(4) + net.message(share)) + (P - 1) * net.message(share)
+
+
+def oktopk_paper_seconds(net: AlphaBeta, P: int, k: int) -> float:
+    """The paper's bound (Eq. 3): (2P + 2 log2 P) alpha + 6 k (P - 1) / P beta_element, 4-byte elements."""
+    return (2 * P + 2 * math.log2(P)) * net.alpha + 6 * k * (P - 1) / P * ELEMENT_BYTES * net.beta
