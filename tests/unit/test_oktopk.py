@@ -96,6 +96,7 @@ def test_counted_bytes_equal_the_closed_form_from_the_sizes(P):
         to_others = sum(1 for i in entries[r] if region(i) != r)
         assert (log.stats.messages, log.stats.bytes) == \
             cost.oktopk_sent(r, P, to_others, gathered, exact=True, regions=True)
+    assert P < 4 or cost.balance_moves(gathered)        # the case moved pieces (the check saw the balancing)
 
 
 def test_regions_balance_the_selected_entries():

@@ -174,17 +174,37 @@ def paper_topk_seconds(net: AlphaBeta, P: int, k: int) -> float:
 
 
 # --- Ok-Topk (Li and Hoefler, PPoPP 2022; ssgd.comm.collectives.oktopk) -------------------------------------
-def oktopk_sent(rank: int, P: int, to_others: int, gathered: Sequence[int], exact: bool,
+def balance_moves(counts: Sequence[int]) -> list[tuple[int, int, int, int]]:
+    """(source, target, first, last) for every piece that moves: positions [first, last) of source's entries go to
+    target, so that target j ends with positions [j K / P, (j + 1) K / P) of the K = sum(counts) in rank order."""
+    P, K = len(counts), sum(counts)
+    moves, start = [], 0
+    for src, n in enumerate(counts):
+        for dst in range(P):
+            lo, hi = max(start, dst * K // P), min(start + n, (dst + 1) * K // P)
+            if lo < hi and dst != src:
+                moves.append((src, dst, lo - start, hi - start))
+        start += n
+    return moves
+
+
+def oktopk_sent(rank: int, P: int, to_others: int, selected: Sequence[int], exact: bool,
                 regions: bool) -> tuple[int, int]:
     """What rank `rank` sends in one Ok-Topk call: `to_others` of its selected entries lie in other ranks'
-    regions (8 bytes each, after a 4-byte count to each of the P - 1 others); `gathered[j]` entries of rank j
-    go into the final Allgatherv; an exact call first gathers every rank's payload count (8 bytes); a call that
-    recomputes the regions first gathers every rank's P - 1 int64 quantiles."""
+    regions (8 bytes each, after a 4-byte count to each of the P - 1 others); `selected[j]` entries of rank j's
+    region are kept for the result (on an exact call: its top-min(k, n_j) candidates). Then: the selected counts
+    are gathered (8 bytes each), the pieces of `balance_moves(selected)` move, and the balanced blocks are
+    gathered. An exact call first gathers every rank's payload count (8 bytes); a call that recomputes the
+    regions first gathers every rank's P - 1 int64 quantiles."""
     if P == 1:
         return 0, 0
-    messages, nbytes = 2 * (P - 1), 4 * (P - 1) + SPARSE_ENTRY_BYTES * to_others
-    for on, blocks in ((regions, [8 * (P - 1)] * P), (exact, [8] * P),
-                       (True, [SPARSE_ENTRY_BYTES * g for g in gathered])):
+    K = sum(selected)
+    balanced = [(j + 1) * K // P - j * K // P for j in range(P)]
+    moved = [(b - a) for src, _, a, b in balance_moves(selected) if src == rank]
+    messages = 2 * (P - 1) + len(moved)
+    nbytes = 4 * (P - 1) + SPARSE_ENTRY_BYTES * (to_others + sum(moved))
+    for on, blocks in ((regions, [8 * (P - 1)] * P), (exact, [8] * P), (True, [8] * P),
+                       (True, [SPARSE_ENTRY_BYTES * n for n in balanced])):
         if on:
             m, b = allgatherv_sent(rank, blocks)
             messages, nbytes = messages + m, nbytes + b

@@ -46,6 +46,8 @@ from ssgd.payload import Payload, Sparse, sum_sparse
 from ssgd.perf import cost
 from ssgd.perf.alphabeta import AlphaBeta
 
+BALANCE_TAG = 1 << 14      # above the split phase's tags (2 s, 2 s + 1 for s < P <= 8,192)
+
 
 @dataclass
 class _RankState:
@@ -92,9 +94,9 @@ class OkTopkAllreduce(Collective):
             st.bounds = yield from _regions(rank, P, payload)
         region = yield from _split_reduce(rank, P, payload, st.bounds)
         if st.calls % self.tau == 0:
-            total, st.threshold = yield from _exact(P, payload, region)
+            total, st.threshold = yield from _exact(rank, P, payload, region)
         else:
-            total = yield from _above(region, st.threshold, payload.numel)
+            total = yield from _above(rank, P, region, st.threshold, payload.numel)
         st.calls += 1
         return Reduced(total, P, support=total.idx)
 
@@ -159,11 +161,36 @@ def _recv(src: int, s: int, numel: int) -> Program:
     return unpack_sparse(buf, numel)
 
 
-def _gather(mine: Sparse) -> Program:
-    """Every rank's entries, concatenated in rank order (regions ascend, so indices increase)."""
-    blocks = yield Allgatherv(pack_sparse(mine))
+def _gather(rank: int, P: int, mine: Sparse) -> Program:
+    """Every rank's entries, concatenated in rank order (regions ascend, so indices increase), after balancing:
+    the ranks' selected counts are gathered, and the entries move so that rank j holds positions
+    [j K / P, (j + 1) K / P) of the K in global order (`_balance`); then one Allgatherv."""
+    counts = yield Allgatherv(torch.tensor([len(mine)], dtype=torch.int64))
+    balanced = yield from _balance(rank, P, mine, [int(c) for c in counts])
+    blocks = yield Allgatherv(pack_sparse(balanced))
     parts = [unpack_sparse(b, mine.numel) for b in blocks]
     return Sparse(torch.cat([p.idx for p in parts]), torch.cat([p.val for p in parts]), mine.numel)
+
+
+def _balance(rank: int, P: int, mine: Sparse, counts: list[int]) -> Program:
+    """This rank's balanced block. Pieces only move between ranks whose ranges overlap, never both ways between
+    two ranks; moves to higher ranks run first (each rank receives from lower ones, then sends up), then moves
+    to lower ranks (receive from higher ones, then send down), so blocking sends cannot deadlock."""
+    moves = cost.balance_moves(counts)
+    got: dict[int, Sparse] = {}
+    stay = torch.ones(len(mine), dtype=torch.bool)
+    for up in (True, False):
+        for src, dst, a, b in sorted((m for m in moves if (m[1] > m[0]) == up and m[1] == rank), reverse=not up):
+            buf = torch.empty(2 * (b - a), dtype=torch.int32)
+            yield Recv(src, buf, tag=BALANCE_TAG)
+            got[src] = unpack_sparse(buf, mine.numel)
+        for src, dst, a, b in sorted((m for m in moves if (m[1] > m[0]) == up and m[0] == rank),
+                                     key=lambda m: m[1], reverse=not up):
+            yield Send(dst, pack_sparse(Sparse(mine.idx[a:b], mine.val[a:b], mine.numel)), tag=BALANCE_TAG)
+            stay[a:b] = False
+    kept = Sparse(mine.idx[stay], mine.val[stay], mine.numel)
+    pieces = [got[i] for i in sorted(got) if i < rank] + [kept] + [got[i] for i in sorted(got) if i > rank]
+    return Sparse(torch.cat([p.idx for p in pieces]), torch.cat([p.val for p in pieces]), mine.numel)
 
 
 def _top(s: Sparse, k: int) -> Tensor:
@@ -172,7 +199,7 @@ def _top(s: Sparse, k: int) -> Tensor:
     return order[:k]
 
 
-def _exact(P: int, payload: Sparse, region: Sparse) -> Program:
+def _exact(rank: int, P: int, payload: Sparse, region: Sparse) -> Program:
     """An exact call: the global top-k from every region's top-min(k, n_j) candidates, and its k-th magnitude."""
     counts = yield Allgatherv(torch.tensor([len(payload)], dtype=torch.int64))
     k = int(torch.stack(list(counts)).max())
@@ -180,7 +207,7 @@ def _exact(P: int, payload: Sparse, region: Sparse) -> Program:
     if len(region) > k:
         keep = _top(region, k).sort().values
         candidates = Sparse(region.idx[keep], region.val[keep], region.numel)
-    gathered = yield from _gather(candidates)
+    gathered = yield from _gather(rank, P, candidates)
     if len(gathered) <= k:
         return gathered, 0.0
     keep = _top(gathered, k)
@@ -189,8 +216,8 @@ def _exact(P: int, payload: Sparse, region: Sparse) -> Program:
     return Sparse(gathered.idx[keep], gathered.val[keep], gathered.numel), threshold
 
 
-def _above(region: Sparse, threshold: float, numel: int) -> Program:
+def _above(rank: int, P: int, region: Sparse, threshold: float, numel: int) -> Program:
     """A reuse call: every region's entries whose magnitude reaches the reused global threshold."""
     keep = region.val.abs() >= threshold
-    gathered = yield from _gather(Sparse(region.idx[keep], region.val[keep], numel))
+    gathered = yield from _gather(rank, P, Sparse(region.idx[keep], region.val[keep], numel))
     return gathered
