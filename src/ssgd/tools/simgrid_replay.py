@@ -216,10 +216,9 @@ def platform_of(network: str, hosts: int) -> Any:
     """The SimGrid `Platform` of conf/cluster/<NETWORKS[network]>.yaml's network.simgrid with `hosts` hosts."""
     from omegaconf import OmegaConf
 
-    import ssgd
     from ssgd.perf.platform import Platform, TcpModel, gbps
 
-    path = Path(ssgd.__file__).parent / "conf" / "cluster" / f"{NETWORKS[network]}.yaml"
+    path = Path(__file__).resolve().parents[1] / "conf" / "cluster" / f"{NETWORKS[network]}.yaml"
     sg = OmegaConf.load(path).network.simgrid
     tcp = sg.tcp
     backbone = sg.get("backbone_gbps")
