@@ -1,6 +1,6 @@
 """Whole S-SGD iterations of the gTop-k paper's models on a simulated cluster (SimGrid): `make simgrid-scaling`.
 
-One simulated step on P hosts, every host a SimGrid actor running (docs/scaling-model.md#simulated-iterations):
+One simulated step on P hosts, every host a SimGrid actor running (docs/scaling-model.md, "Simulated iterations"):
 
   1. forward: `this_actor.sleep_for(io + h2d + forward)` of the shipped profile (`ssgd.perf.profiles`: the
      paper's GPUs, not this CPU);
@@ -27,7 +27,8 @@ profile's plain single-worker step (`Profile.single_worker_seconds`, the paper's
     python -m ssgd.tools.simgrid_replay --all --out paper_figs/measured/simgrid_scaling.csv   # each network
                                                                                               # in a subprocess
 SimGrid keeps one platform per process, so one process simulates one network (`--network`); `--all` starts
-one subprocess per network (2 at a time) and merges their CSVs.
+one subprocess per network (both at once) and merges their CSVs. The default grid is `default_plan`'s:
+every model and scheme at P_SMALL on both networks, gTop-k at P_LARGE and dense at P_LARGE_DENSE on 1 GbE.
 """
 from __future__ import annotations
 
