@@ -26,6 +26,10 @@ $(STAMP): pyproject.toml constraints.txt
 simgrid: $(STAMP)  ## SimGrid's Python bindings into .venv (root + apt: python3-simgrid, ~30 s; docs/simgrid.md#install)
 	scripts/simgrid/install.sh $(VENV)
 
+.PHONY: simgrid-scaling
+simgrid-scaling: $(STAMP)  ## whole iterations of the paper's 5 models on simulated 32x1gbe/32x10gbe (SimGrid), P = 2..1024 -> paper_figs/measured/simgrid_scaling.csv (~4.5 min on 2 cores, 4.5 GB; docs/scaling-model.md)
+	PYTHONPATH=src $(PY) -m ssgd.tools.simgrid_replay --all --out paper_figs/measured/simgrid_scaling.csv $(ARGS)
+
 report: $(STAMP)  ## a run's figure, or a sweep's table + overlay: make report DIR=<run or sweep dir> (docs/reports.md)
 	PYTHONPATH=src $(PY) -m ssgd.report $(DIR)
 

@@ -12,9 +12,10 @@ t_single the profile's single-worker step (`ssgd.perf.iteration`):
 
   * ``eff_testbed``: t_iter = the profile's compute and selection + the measured communication: the paper's
     GPU workers with this testbed's network (the figure's measured points). The communication is the
-    collective's own time, `time/comm_min_s` (the least any rank spent in it: the last rank to arrive waits
-    for nobody), where the run logged it: rank 0's `time/comm_s` also holds its wait for the other ranks'
-    selection on this machine's CPU (4 ranks on 2 cores), which the profile's GPU selection time replaces;
+    SLOWEST rank's, `time/comm_max_s` (the most any rank spent in it), where the run logged it, else
+    `time/comm_s`: t_iter is the slowest rank's step, as in the SimGrid replay (`ssgd.tools.simgrid_replay`).
+    On this machine that time also holds a rank's wait for the other ranks' CPU selection (4 ranks on
+    2 cores), so it is an upper bound of the network's share;
   * ``eff_raw``: t_iter = the measured step, this machine's CPU selection and update included;
   * ``eff_model``: the alpha-beta model with the testbed's ping-pong alpha/beta (outputs/testbed/pingpong.json).
 
@@ -70,7 +71,7 @@ def efficiencies(profile: Any, scheme: str, P: int, measured: dict[str, float], 
 
     model = iteration_time(profile, schemes.scheme(scheme, profile.d), net, P)
     single = profile.single_worker_seconds()
-    own = measured.get("comm_min", measured["comm"])          # the collective's own time (module docstring)
+    own = measured.get("comm_max", measured["comm"])          # the slowest rank's (module docstring)
     return {"eff_testbed": single / (model.total_s - model.comm_s + own),
             "eff_raw": single / measured["step"], "eff_model": single / model.total_s,
             "comm_model_ms": 1e3 * model.comm_s, "single_ms": 1e3 * single,

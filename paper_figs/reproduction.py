@@ -13,6 +13,9 @@ section: scaling efficiency vs workers on 32 x 1 GbE, and the abstract's 2.7-12x
 the plain alpha-beta model (``source = model``) takes its compute from the paper's P = 1 throughput and its
 selection time from the paper's breakdown, so only its dependence on P is a prediction; the calibrated model
 (``source = calibrated``) is fitted to the paper's P = 4, 8 points, so only its P = 16, 32 cells are held out.
+The SimGrid replay (``source = simgrid``, `make simgrid-scaling`: whole iterations of the same profiles on a
+simulated 32 x 1 GbE cluster, the lab's own collective programs, efficiency from the slowest rank) shares the
+plain model's compute and selection inputs; its network, bucket overlap and schedule are the simulation's.
 """
 from __future__ import annotations
 
@@ -43,7 +46,8 @@ def _cell(ours: float | None, paper: float, v: str) -> str:
 
 def efficiency_rows(rows: list[dict], source: str) -> list[tuple[str, str, int, dict[str, tuple[str, str]]]]:
     """(artefact, model, P, {scheme: (cell text, verdict)}) for each (model, P) the paper reports, ours from
-    ``source`` ("model", "calibrated" or "testbed": measured in replay mode, `make bench-testbed-replay`) on 1 GbE.
+    ``source`` ("model", "calibrated", "simgrid": the SimGrid replay, or "testbed": measured in replay mode,
+    `make bench-testbed-replay`) on 1 GbE.
     Calibrated P = 4, 8 cells are fitted, so they get no verdict; a P the source lacks is "not attempted"."""
     eff: dict[tuple[str, str, str, int], float] = {}
     for r in rows:
@@ -86,6 +90,27 @@ def ratio_rows(rows: list[dict]) -> list[tuple[str, str, int, dict[str, tuple[st
             v = verdict(ours, paper, same_direction=(ours > 1) == (paper > 1))
             cells[name] = (_cell(ours, paper, v), v)
         out.append(("ratio at P = 32 (model)", r["profile"], 32, cells))
+    return out
+
+
+def simulated_ratio_rows(rows: list[dict]) -> list[tuple[str, str, int, dict[str, tuple[str, str]]]]:
+    """gTop-k / dense and gTop-k / Top-k efficiency at P = 32 on 1 GbE, the SimGrid replay (``source = simgrid``
+    rows of fig_scaling_efficiency.csv) vs the paper; a model without a simulated P = 32 cell is "not attempted"."""
+    eff = {(r["source"], r["profile"], r["scheme"]): float(r["efficiency"]) for r in rows
+           if r["network"] == NETWORK and int(r["P"]) == 32 and r["source"] in ("paper", "simgrid")}
+    out = []
+    for model in sorted({m for s, m, _ in eff if s == "paper"}):
+        cells = {}
+        for other, name in (("dense", "gTop-k / dense"), ("topk", "gTop-k / Top-k")):
+            pair = [eff.get(("paper", model, s)) for s in ("gtopk", other)]
+            if None in pair:
+                continue
+            paper = pair[0] / pair[1]
+            sim = [eff.get(("simgrid", model, s)) for s in ("gtopk", other)]
+            ours = None if None in sim else sim[0] / sim[1]
+            v = verdict(ours, paper, same_direction=None if ours is None else (ours > 1) == (paper > 1))
+            cells[name] = (_cell(ours, paper, v), v)
+        out.append(("ratio at P = 32 (simulated)", model, 32, cells))
     return out
 
 

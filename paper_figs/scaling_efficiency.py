@@ -4,7 +4,9 @@ each profile on 1 GbE and 10 GbE (conf/cluster/32x1gbe.yaml, 32x10gbe.yaml); the
 markers; the calibrated curves (dash-dot, 1 GbE row; scaling_calibrated.py) when given; and the
 efficiencies measured on the testbed's 1 Gbit links in replay mode (filled markers, 1 GbE row, P <= the
 testbed's hosts; `make bench-testbed-replay`): the paper's GPU compute and selection times, the real
-trainer's communication over real links.
+trainer's communication over real links; and the SimGrid replay (thin lines with diamonds, both rows, from
+paper_figs/measured/simgrid_scaling.csv when present; `make simgrid-scaling`): whole iterations of the same
+profiles simulated on the cluster's platform, the lab's own collective programs, the slowest rank's step.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from ssgd.perf.iteration import scaling_efficiency  # noqa: E402
 from ssgd.perf.paper import P_SCALING, SCALING_SCHEMES, paper_model  # noqa: E402
 
 MEASURED = ROOT / "paper_figs" / "measured" / "testbed_replay_1gbit.csv"   # tracked copy of the replay bench's CSV
+SIMGRID = ROOT / "paper_figs" / "measured" / "simgrid_scaling.csv"          # make simgrid-scaling (tracked)
 COLUMNS = ["profile", "network", "source", "scheme", "P", "efficiency", "per_worker_samples_per_s"]
 
 
@@ -45,13 +48,32 @@ def load_measured(path: Path | None) -> dict[tuple[str, str], list[tuple[int, fl
     return {key: sorted(points) for key, points in got.items()}
 
 
+def load_simgrid(path: Path | None) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
+    """{(network, profile, scheme): [(P, eff_simgrid), ...]} of a `make simgrid-scaling` CSV
+    (`ssgd.tools.simgrid_replay`); empty when `path` is None or missing. ValueError naming the file when it
+    lacks the columns."""
+    if path is None or not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    need = {"network", "profile", "scheme", "P", "efficiency"}
+    if rows and not need <= set(rows[0]):
+        raise ValueError(f"{path}: needs the columns {', '.join(sorted(need))} (a CSV of make simgrid-scaling)")
+    got: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
+    for r in rows:
+        got.setdefault((r["network"], r["profile"], r["scheme"]), []).append((int(r["P"]), float(r["efficiency"])))
+    return {key: sorted(points) for key, points in got.items()}
+
 
 def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path,
                    calibrations: dict | None = None,
-                   measured: dict[tuple[str, str], list[tuple[int, float]]] | None = None) -> list[Path]:
+                   measured: dict[tuple[str, str], list[tuple[int, float]]] | None = None,
+                   simgrid: dict[tuple[str, str, str], list[tuple[int, float]]] | None = None) -> list[Path]:
     """fig_scaling_efficiency.{png,pdf,csv}: one panel per (network, profile); `calibrations` maps a
-    profile name to its `scaling_calibrated.Calibration`, `measured` is `load_measured`'s."""
+    profile name to its `scaling_calibrated.Calibration`, `measured` is `load_measured`'s, `simgrid` is
+    `load_simgrid`'s (None: the tracked SIMGRID CSV, when present)."""
     calibrations, measured = calibrations or {}, measured or {}
+    simgrid = load_simgrid(SIMGRID) if simgrid is None else simgrid
     rows: list[list] = []
     fig, axes = plt.subplots(len(nets), len(profs), figsize=(3.3 * len(profs), 3.0 * len(nets)),
                              sharex=True, sharey=True, squeeze=False)
@@ -59,6 +81,7 @@ def fig_efficiency(profs: list, nets: list[tuple[str, AlphaBeta]], out: Path,
         for j, prof in enumerate(profs):
             ax, pm = axes[i][j], paper_model(prof.name)
             rows += model_curves(ax, prof, net_name, net)
+            rows += simgrid_series(ax, prof, net_name, simgrid)
             if net_name == "1GbE":
                 rows += paper_markers(ax, prof, pm, net_name)
                 rows += calibrated_curves(ax, prof, pm, net_name, calibrations.get(prof.name))
@@ -115,6 +138,21 @@ def measured_markers(ax, prof, net_name: str, measured: dict) -> list[list]:
             ax.plot(ps, np.array(eff) * 100, "*", color=COLOR[scheme], ms=9, ls="none",
                     label=f"testbed, replay: {PAPER_LABEL[scheme]}")
             rows += [[prof.name, net_name, "testbed", scheme, P, e, prof.batch_size / prof.single_worker_seconds() * e]
+                     for P, e in points]
+    return rows
+
+
+def simgrid_series(ax, prof, net_name: str, simgrid: dict) -> list[list]:
+    """The SimGrid replay's efficiencies (thin lines, diamonds) of the profile on this network, where the CSV
+    has them: whole iterations simulated on the cluster's platform (`make simgrid-scaling`)."""
+    rows: list[list] = []
+    for scheme in SCALING_SCHEMES:
+        points = simgrid.get((net_name, prof.name, scheme), [])
+        if points:
+            ps, eff = zip(*points)
+            ax.plot(ps, np.array(eff) * 100, "-", color=COLOR[scheme], marker="D", ms=3, lw=0.8, alpha=0.8,
+                    label=f"SimGrid, simulated: {PAPER_LABEL[scheme]}")
+            rows += [[prof.name, net_name, "simgrid", scheme, P, e, prof.batch_size / prof.single_worker_seconds() * e]
                      for P, e in points]
     return rows
 
