@@ -24,6 +24,13 @@ os.environ.setdefault("SSGD_RANK_HOOK", str(ROOT / "tests" / "rank_faults.py"))
 # subprocess.
 SIMGRID_TEST_PLATFORM = dict(hosts=12, bandwidth=1e9 / 8, latency=25e-6, tcp=("CM02", 1.0, 1.0, 4194304.0, False))
 
+
+def simgrid_test_platform():
+    """`SIMGRID_TEST_PLATFORM` as a `ssgd.perf.platform.Platform`."""
+    from ssgd.perf.platform import Platform, TcpModel
+    spec = SIMGRID_TEST_PLATFORM
+    return Platform(hosts=spec["hosts"], bandwidth=spec["bandwidth"], latency=spec["latency"], tcp=TcpModel(*spec["tcp"]))
+
 FAST = ["wandb.mode=disabled", "trainer.progress=false", "trainer.log_every=1"]
 
 

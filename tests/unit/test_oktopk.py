@@ -9,13 +9,12 @@ import torch
 
 import oracles
 from collective_checks import as_dict, to_sparse
-from conftest import SIMGRID_TEST_PLATFORM, train
+from conftest import simgrid_test_platform
 from ssgd.comm.collectives.oktopk import OkTopkAllreduce, _regions
 from ssgd.comm.executors.thread import run_threads
 from ssgd.compress.oktopk import OkTopkSelect
 from ssgd.errors import BadArgument
 from ssgd.perf import cost
-from ssgd.perf.platform import Platform, TcpModel
 
 
 def selections(P: int, d: int, k: int, seed: int, where: str) -> list[dict]:
@@ -118,8 +117,7 @@ def test_regions_balance_the_selected_entries():
 def test_threads_and_simgrid_agree_bitwise():
     pytest.importorskip("simgrid", reason="SimGrid's Python bindings are not installed (make simgrid)")
     from ssgd.comm.executors.simgrid import run_simgrid
-    platform = Platform(hosts=SIMGRID_TEST_PLATFORM["hosts"], bandwidth=SIMGRID_TEST_PLATFORM["bandwidth"],
-                        latency=SIMGRID_TEST_PLATFORM["latency"], tcp=TcpModel(*SIMGRID_TEST_PLATFORM["tcp"]))
+    platform = simgrid_test_platform()
     for P in (3, 8, 12):
         a, b = OkTopkAllreduce(tau=2, tau_prime=3), OkTopkAllreduce(tau=2, tau_prime=3)
         for c in range(4):

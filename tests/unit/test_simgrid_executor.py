@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from collective_checks import payload
-from conftest import SIMGRID_TEST_PLATFORM
+from conftest import simgrid_test_platform
 from ssgd.comm.base import Collective, Reduced
 from ssgd.comm.collectives.allgather import SparseAllgather
 from ssgd.comm.collectives.dense import DenseAllreduce
@@ -23,13 +23,12 @@ from ssgd.comm.executors.thread import CollectiveDeadlock, run_threads
 from ssgd.comm.ops import Allgatherv, Bcast, Recv, Send
 from ssgd.errors import ConfigError
 from ssgd.payload import Dense, Sparse
-from ssgd.perf.platform import Platform, TcpModel
+from ssgd.perf.platform import Platform
 
 pytest.importorskip("simgrid", reason="SimGrid's Python bindings are not installed (make simgrid)")
 from ssgd.comm.executors.simgrid import run_simgrid  # noqa: E402
 
-PLATFORM = Platform(hosts=SIMGRID_TEST_PLATFORM["hosts"], bandwidth=SIMGRID_TEST_PLATFORM["bandwidth"],
-                    latency=SIMGRID_TEST_PLATFORM["latency"], tcp=TcpModel(*SIMGRID_TEST_PLATFORM["tcp"]))
+PLATFORM = simgrid_test_platform()
 BW, LAT = PLATFORM.bandwidth, PLATFORM.latency
 
 

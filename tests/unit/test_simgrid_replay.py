@@ -12,15 +12,14 @@ import pytest
 
 from ssgd.perf import profiles
 from ssgd.perf.iteration import Profile
-from ssgd.perf.platform import Platform, TcpModel, gbps
+from ssgd.perf.platform import gbps
 from ssgd.perf.wfbp import wfbp_seconds
 from ssgd.tools import simgrid_replay as sr
 from tests.conftest import ROOT
 
-try:
-    from tests.conftest import SIMGRID_TEST_PLATFORM as PLATFORM
-except ImportError:                 # the shared platform of the SimGrid tests: one per test process
-    PLATFORM = Platform(hosts=12, bandwidth=gbps(1), latency=25e-6, tcp=TcpModel("CM02"))
+from tests.conftest import simgrid_test_platform
+
+PLATFORM = simgrid_test_platform()      # the shared platform of the SimGrid tests: one per test process
 
 
 def _simgrid_missing() -> str | None:
@@ -42,14 +41,15 @@ TOY = Profile("toy", batch_size=8, layers=("c", "b", "a"), params=(4000, 8000, 1
               update_s=0.004, select_s=0.01)
 
 
-# SimGrid's network/crosstraffic (on by default): a flow's TCP acknowledgements take 5 % of its reverse route's
-# bandwidth; on a ring every host's uplink carries one flow's data and its left neighbour's flow's ACKs, so max-min
-# sharing gives each data flow bandwidth / 1.05.
-CROSSTRAFFIC = 1.05
+# SimGrid's network/crosstraffic (on by default, off on the shared platform): a flow's TCP acknowledgements take 5 %
+# of its reverse route's bandwidth; on a ring every host's uplink carries one flow's data and its left neighbour's
+# flow's ACKs, so max-min sharing gives each data flow bandwidth / 1.05.
+CROSSTRAFFIC = 1.05 if PLATFORM.tcp.crosstraffic else 1.0
 
 
 def ring_seconds(n: int, P: int) -> float:
-    """Ring allreduce of n float32 on an idle CM02 star: 2(P - 1) steps of (2 latencies + chunk / (bandwidth / 1.05))."""
+    """Ring allreduce of n float32 on an idle CM02 star: 2(P - 1) steps of (2 latencies + chunk / bandwidth x
+    CROSSTRAFFIC)."""
     return 2 * (P - 1) * (2 * PLATFORM.latency + CROSSTRAFFIC * 4 * n / P / PLATFORM.bandwidth)
 
 
