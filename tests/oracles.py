@@ -132,3 +132,74 @@ def accounted(entries: dict[int, float], support: set[int] | None) -> dict[int, 
     if support is None:
         return dict(entries)
     return {i: v for i, v in entries.items() if i in support}
+
+
+# --- 5. TopkDSA: SparCML's sparse recursive doubling (Renggli et al., SC 2019) ------------------------
+# A partial sum is a dict {index: float32} while 8 bytes x entries <= 4 bytes x d, and a dense float32
+# array of length d from then on (zeros outside the support). Schedule, p2 = largest power of two <= P:
+# fold (rank p2 + i's vector is added into rank i's: rank i's + rank p2 + i's), recursive doubling among
+# ranks 0 .. p2 - 1 (round j: r and r XOR 2^j both take lower's + higher's), unfold (rank i's total to p2 + i).
+def dsa_as_dense_if_large(v, d: int):
+    """The dense switch: a dict of more than d / 2 entries becomes an array (values copied, not added)."""
+    if isinstance(v, dict) and 8 * len(v) > 4 * d:
+        out = np.zeros(d, dtype=F32)
+        for i, x in v.items():
+            out[i] = x
+        return out
+    return v
+
+
+def dsa_add(lo, hi, d: int):
+    """lo + hi, lo the lower rank's partial sum: one float32 addition per index present in both (or, with a
+    dense operand, per index of the other one); values present in one operand only are kept as they are."""
+    if isinstance(lo, dict) and isinstance(hi, dict):
+        out = dict(lo)
+        for i, x in hi.items():
+            out[i] = F32(out[i] + x) if i in out else x
+        return dsa_as_dense_if_large(out, d)
+    if isinstance(lo, dict):
+        out = np.array(hi, dtype=F32, copy=True)
+        for i, x in lo.items():
+            out[i] = F32(x + hi[i])
+        return out
+    out = np.array(lo, dtype=F32, copy=True)
+    if isinstance(hi, dict):
+        for i, x in hi.items():
+            out[i] = F32(lo[i] + x)
+        return out
+    for i in range(d):
+        out[i] = F32(lo[i] + hi[i])
+    return out
+
+
+def dsa_message_bytes(v, d: int) -> int:
+    """A count of 4 bytes, then 8 per entry (sparse) or 4 per element of d (dense)."""
+    return 4 + (4 * d if not isinstance(v, dict) else 8 * len(v))
+
+
+def topkdsa(entries: Sequence[dict[int, float]], d: int) -> tuple[list, list[list[int]]]:
+    """Simulate the schedule; returns (every rank's total: dict or float32 array, and per rank the bytes of each
+    message it sent: a count of 4 bytes, then the vector)."""
+    P = len(entries)
+    p2 = 1
+    while 2 * p2 <= P:
+        p2 *= 2
+    state = [dsa_as_dense_if_large({int(i): F32(v) for i, v in e.items()}, d) for e in entries]
+    sent: list[list[int]] = [[] for _ in range(P)]
+    for i in range(P - p2):                                   # fold
+        sent[p2 + i] += [4, dsa_message_bytes(state[p2 + i], d) - 4]
+        state[i] = dsa_add(state[i], state[p2 + i], d)
+    mask = 1
+    while mask < p2:                                          # recursive doubling
+        new = list(state)
+        for r in range(p2):
+            partner = r ^ mask
+            sent[r] += [4, dsa_message_bytes(state[r], d) - 4]
+            lo, hi = min(r, partner), max(r, partner)
+            new[r] = dsa_add(state[lo], state[hi], d)
+        state = new
+        mask *= 2
+    for i in range(P - p2):                                   # unfold
+        sent[i] += [4, dsa_message_bytes(state[i], d) - 4]
+        state[p2 + i] = state[i]
+    return state, sent
