@@ -14,7 +14,9 @@ import torch
 
 import oracles
 from sparcml_inputs import DISTRIBUTIONS, assert_equals_oracle, inputs, to_sparse
+from test_wire import round16
 from ssgd.comm.collectives.sparcml import SparseRecursiveDoubling
+from ssgd.comm.wire import WireFormat
 from ssgd.comm.executors.thread import run_threads
 from ssgd.payload import Dense, Sparse
 from ssgd.perf import cost
@@ -130,6 +132,26 @@ def test_the_result_owns_its_tensors():
     assert res.total.idx.tolist() == [1, 3] and res.total.val.tolist() == [2.0, 1.0]
 
 
+# --- 16-bit values: 6 bytes an entry, 2 an element, every partial sum rounded ---------------------------------
+@pytest.mark.parametrize("values", ["fp16", "bf16"])
+@pytest.mark.parametrize("P", range(1, 13))
+def test_16_bit_values_round_every_partial_sum_and_switch_at_6n_over_2d(values, P):
+    d, k = 300, 40                                   # dense once a sum has more than 100 entries
+    entries = [{i: F32(round16(values, [v])[0]) for i, v in e.items()} for e in inputs("heavy", P, d, k, seed=P)]
+    wire = WireFormat(values)
+    results, logs = run_threads(SparseRecursiveDoubling(values), [wire.encode(to_sparse(e, d)) for e in entries])
+    want, sent = oracles.topkdsa(entries, d, lambda x: F32(round16(values, [x])[0]), entry_bytes=6, value_bytes=2)
+    for r, res in enumerate(results):
+        assert_equals_oracle(res.total, want[r], d)
+    assert counts(logs) == [(len(s), sum(s)) for s in sent]
+    assert P < 4 or isinstance(results[0].total, Dense)
+
+
+def test_16_bit_values_refuse_an_unencoded_payload():
+    with pytest.raises(TypeError, match="needs payload values of dtype torch.float16"):
+        run_threads(SparseRecursiveDoubling("fp16"), [to_sparse({1: F32(1.0)}, 4)])
+
+
 # --- the cost model: disjoint supports are the worst case ----------------------------------------------------
 def disjoint(P: int, d: int, ks: list[int], seed: int) -> list[dict[int, np.float32]]:
     perm, at = np.random.default_rng(seed).permutation(d), 0
@@ -140,13 +162,15 @@ def disjoint(P: int, d: int, ks: list[int], seed: int) -> list[dict[int, np.floa
     return out
 
 
+@pytest.mark.parametrize("values", ["fp32", "fp16"])
 @pytest.mark.parametrize("P", range(1, 13))
 @pytest.mark.parametrize("d", [3000, 400])
-def test_counts_with_disjoint_supports_equal_the_worst_case_cost(P, d):
-    ks = [5 + 3 * r for r in range(P)]
-    entries = disjoint(P, d, ks, seed=P)
-    _, logs = run(entries, d)
-    assert counts(logs) == [cost.topkdsa_worst_sent(r, P, d, ks) for r in range(P)]
+def test_counts_with_disjoint_supports_equal_the_worst_case_cost(P, d, values):
+    ks, wire = [5 + 3 * r for r in range(P)], WireFormat(values)
+    payloads = [wire.encode(to_sparse(e, d)) for e in disjoint(P, d, ks, seed=P)]
+    _, logs = run_threads(SparseRecursiveDoubling(values), payloads)
+    assert counts(logs) == [cost.topkdsa_worst_sent(r, P, d, ks, wire.entry_bytes, wire.value_bytes)
+                            for r in range(P)]
 
 
 @pytest.mark.parametrize("P", range(1, 13))
@@ -176,8 +200,9 @@ def test_model_seconds_by_hand_p4():
 
 
 # --- SimGrid: the same program, the same bits ---------------------------------------------------------------
+@pytest.mark.parametrize("values", ["fp32", "bf16"])
 @pytest.mark.parametrize("P", range(1, 13))
-def test_simgrid_gives_the_thread_executors_bits_and_counts(P):
+def test_simgrid_gives_the_thread_executors_bits_and_counts(P, values):
     pytest.importorskip("simgrid", reason="SimGrid's Python bindings are not installed (make simgrid)")
     from conftest import SIMGRID_TEST_PLATFORM
     from ssgd.comm.executors.simgrid import run_simgrid
@@ -187,8 +212,9 @@ def test_simgrid_gives_the_thread_executors_bits_and_counts(P):
                         latency=SIMGRID_TEST_PLATFORM["latency"], tcp=TcpModel(*SIMGRID_TEST_PLATFORM["tcp"]))
     d = 600
     entries = inputs("normal", P, d, 100, seed=P)         # P >= 4 fill in past d / 2: dense messages too
-    want, want_logs = run(entries, d)
-    got, got_logs = run_simgrid(SparseRecursiveDoubling(), [to_sparse(e, d) for e in entries], platform, cpu="none")
+    payloads = lambda: [WireFormat(values).encode(to_sparse(e, d)) for e in entries]     # noqa: E731
+    want, want_logs = run_threads(SparseRecursiveDoubling(values), payloads())
+    got, got_logs = run_simgrid(SparseRecursiveDoubling(values), payloads(), platform, cpu="none")
     for a, b in zip(want, got):
         assert type(a.total) is type(b.total) and a.support is None and b.support is None
         if isinstance(a.total, Dense):

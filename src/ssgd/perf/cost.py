@@ -179,9 +179,10 @@ def paper_topk_seconds(net: AlphaBeta, P: int, k: int) -> float:
 TOPKDSA_COUNT_BYTES = 4    # the int32 count sent before each vector
 
 
-def topkdsa_vector_bytes(n: int, d: int) -> int:
-    """Bytes of a partial sum of support n on the wire: 8 n sparse, or 4 d once 8 n > 4 d (dense switch)."""
-    return min(SPARSE_ENTRY_BYTES * n, ELEMENT_BYTES * d)
+def topkdsa_vector_bytes(n: int, d: int, entry_bytes: int = SPARSE_ENTRY_BYTES, value_bytes: int = ELEMENT_BYTES) -> int:
+    """Bytes of a partial sum of support n on the wire: `entry_bytes` n sparse (8 n), or `value_bytes` d (4 d)
+    once that is fewer (the dense switch; 6 and 2 with 16-bit values)."""
+    return min(entry_bytes * n, value_bytes * d)
 
 
 def topkdsa_pairs(P: int) -> list[list[tuple[int, int]]]:
@@ -193,7 +194,8 @@ def topkdsa_pairs(P: int) -> list[list[tuple[int, int]]]:
     return [fold, *swaps, fold]
 
 
-def topkdsa_transfers(P: int, d: int, counts: Sequence[int]) -> list[list[list[tuple[int, int]]]]:
+def topkdsa_transfers(P: int, d: int, counts: Sequence[int], entry_bytes: int = SPARSE_ENTRY_BYTES,
+                      value_bytes: int = ELEMENT_BYTES) -> list[list[list[tuple[int, int]]]]:
     """Per stage (`topkdsa_pairs`), per pair: its (sender, vector bytes) in order, with disjoint supports
     (a partial sum's support is the sum of its ranks' counts, at most d)."""
     support = [min(int(c), d) for c in counts]
@@ -202,7 +204,7 @@ def topkdsa_transfers(P: int, d: int, counts: Sequence[int]) -> list[list[list[t
     for s, pairs in enumerate(stages):
         stage = []
         for lo, hi in pairs:
-            b_lo, b_hi = topkdsa_vector_bytes(support[lo], d), topkdsa_vector_bytes(support[hi], d)
+            b_lo, b_hi = (topkdsa_vector_bytes(support[r], d, entry_bytes, value_bytes) for r in (lo, hi))
             if s == len(stages) - 1 and s > 0:                  # unfold: the total back to the extra rank
                 stage.append([(lo, b_lo)])
                 support[hi] = support[lo]
@@ -214,14 +216,18 @@ def topkdsa_transfers(P: int, d: int, counts: Sequence[int]) -> list[list[list[t
     return out
 
 
-def topkdsa_worst_sent(rank: int, P: int, d: int, counts: Sequence[int]) -> tuple[int, int]:
+def topkdsa_worst_sent(rank: int, P: int, d: int, counts: Sequence[int], entry_bytes: int = SPARSE_ENTRY_BYTES,
+                       value_bytes: int = ELEMENT_BYTES) -> tuple[int, int]:
     """TopkDSA with disjoint supports (`counts[r]`: rank r's entries): a count and a vector per transfer."""
-    sent = [b for stage in topkdsa_transfers(P, d, counts) for pair in stage for src, b in pair if src == rank]
+    sent = [b for stage in topkdsa_transfers(P, d, counts, entry_bytes, value_bytes)
+            for pair in stage for src, b in pair if src == rank]
     return 2 * len(sent), sum(TOPKDSA_COUNT_BYTES + b for b in sent)
 
 
-def topkdsa_seconds(net: AlphaBeta, P: int, d: int, counts: Sequence[int]) -> float:
+def topkdsa_seconds(net: AlphaBeta, P: int, d: int, counts: Sequence[int], entry_bytes: int = SPARSE_ENTRY_BYTES,
+                    value_bytes: int = ELEMENT_BYTES) -> float:
     """TopkDSA's time with disjoint supports (the worst case): per stage, its slowest pair, whose messages
     (a count, then the vector, from each sender in turn) go one after another."""
+    stages = topkdsa_transfers(P, d, counts, entry_bytes, value_bytes)
     return sum(max((sum(net.message(TOPKDSA_COUNT_BYTES) + net.message(b) for _, b in pair) for pair in stage),
-                   default=0.0) for stage in topkdsa_transfers(P, d, counts))
+                   default=0.0) for stage in stages)
