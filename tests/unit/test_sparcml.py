@@ -4,7 +4,9 @@ Pinned: every rank's total equals the oracle's bit for bit (sparse or dense, the
 P = 1..12 on three index distributions; the dense switch happens exactly when a partial sum's support exceeds
 d / 2; each rank's counted messages and bytes equal the oracle's (a count, then the vector, per transfer), and,
 with disjoint supports, the worst-case cost functions; modelled clocks stay within `model_seconds`; the SimGrid
-executor gives the thread executor's bits and counts.
+executor gives the thread executor's bits and counts. With 16-bit values every partial sum is rounded (the
+oracle rounds each addition with tests/unit/test_wire.py's numpy rounding) and the switch comes at 6 n > 2 d.
+Real torch.distributed and MPI ranks: tests/integration/test_sparcml_ranks.py.
 """
 from __future__ import annotations
 
@@ -99,7 +101,8 @@ def test_low_density_never_switches():
     entries = inputs("clustered", P, d, 25, seed=3)
     results, logs = run(entries, d)
     assert all(isinstance(res.total, Sparse) for res in results)
-    assert all(b < 4 * d for b in np.concatenate([np.array(s) for s in oracles.topkdsa(entries, d)[1]]))
+    _, sent = oracles.topkdsa(entries, d)
+    assert all(b < 4 * d for s in sent for b in s) and counts(logs) == [(len(s), sum(s)) for s in sent]
 
 
 def test_a_payload_denser_than_half_of_d_is_dense_from_the_start():

@@ -35,7 +35,6 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from ssgd.comm.base import Collective, Program, Reduced
 from ssgd.comm.ops import Op, Recv, Send
