@@ -154,3 +154,76 @@ def oktopk_calls(calls: Sequence[Sequence[dict[int, float]]], tau: int) -> list[
         else:
             out.append({i: v for i, v in total.items() if abs(float(v)) >= threshold})
     return out
+
+# --- 5. TopkDSA: SparCML's sparse recursive doubling (Renggli et al., SC 2019) ------------------------
+# A partial sum is a dict {index: float32} while its entries take no more bytes than d values (8 n <= 4 d), and a
+# dense float32 array of length d from then on (zeros outside the support). Schedule, p2 = largest power of two
+# <= P: fold (rank p2 + i's vector is added into rank i's: rank i's + rank p2 + i's), recursive doubling among
+# ranks 0 .. p2 - 1 (round j: r and r XOR 2^j both take lower's + higher's), unfold (rank i's total to p2 + i).
+# A 16-bit wire (entry 6 bytes, element 2) rounds every addition's float32 result with `rounding`.
+def same(x: np.float32) -> np.float32:
+    return x
+
+
+def dsa_as_dense_if_large(v, d: int, entry_bytes: int = 8, value_bytes: int = 4):
+    """The dense switch: a dict whose entries take more bytes than d values becomes an array (values copied)."""
+    if isinstance(v, dict) and entry_bytes * len(v) > value_bytes * d:
+        out = np.zeros(d, dtype=F32)
+        for i, x in v.items():
+            out[i] = x
+        return out
+    return v
+
+
+def dsa_add(lo, hi, d: int, rounding=same, entry_bytes: int = 8, value_bytes: int = 4):
+    """lo + hi, lo the lower rank's partial sum: one float32 addition (then `rounding`) per index present in
+    both (or, with a dense operand, per index of the other one); values present in one operand only are kept."""
+    if isinstance(lo, dict) and isinstance(hi, dict):
+        out = dict(lo)
+        for i, x in hi.items():
+            out[i] = rounding(F32(out[i] + x)) if i in out else x
+        return dsa_as_dense_if_large(out, d, entry_bytes, value_bytes)
+    if isinstance(lo, dict):
+        out = np.array(hi, dtype=F32, copy=True)
+        for i, x in lo.items():
+            out[i] = rounding(F32(x + hi[i]))
+        return out
+    out = np.array(lo, dtype=F32, copy=True)
+    if isinstance(hi, dict):
+        for i, x in hi.items():
+            out[i] = rounding(F32(lo[i] + x))
+        return out
+    for i in range(d):
+        out[i] = rounding(F32(lo[i] + hi[i]))
+    return out
+
+
+def topkdsa(entries: Sequence[dict[int, float]], d: int, rounding=same, entry_bytes: int = 8,
+            value_bytes: int = 4) -> tuple[list, list[list[int]]]:
+    """Simulate the schedule on the ranks' entries (16-bit wire: values already rounded, `rounding` for each
+    sum); returns (every rank's total: dict or float32 array, and per rank the bytes of each message it sent: a
+    count of 4 bytes, then the vector: `entry_bytes` per entry or `value_bytes` per element)."""
+    P = len(entries)
+    fmt = (entry_bytes, value_bytes)
+    plus = lambda lo, hi: dsa_add(lo, hi, d, rounding, *fmt)   # noqa: E731
+    vector_bytes = lambda v: value_bytes * d if not isinstance(v, dict) else entry_bytes * len(v)   # noqa: E731
+    p2 = 1
+    while 2 * p2 <= P:
+        p2 *= 2
+    state = [dsa_as_dense_if_large({int(i): F32(v) for i, v in e.items()}, d, *fmt) for e in entries]
+    sent: list[list[int]] = [[] for _ in range(P)]
+    for i in range(P - p2):                                   # fold
+        sent[p2 + i] += [4, vector_bytes(state[p2 + i])]
+        state[i] = plus(state[i], state[p2 + i])
+    mask = 1
+    while mask < p2:                                          # recursive doubling
+        new = list(state)
+        for r in range(p2):
+            sent[r] += [4, vector_bytes(state[r])]
+            new[r] = plus(state[min(r, r ^ mask)], state[max(r, r ^ mask)])
+        state = new
+        mask *= 2
+    for i in range(P - p2):                                   # unfold
+        sent[i] += [4, vector_bytes(state[i])]
+        state[p2 + i] = state[i]
+    return state, sent

@@ -224,3 +224,62 @@ def oktopk_seconds(net: AlphaBeta, P: int, k: int) -> float:
 def oktopk_paper_seconds(net: AlphaBeta, P: int, k: int) -> float:
     """The paper's bound (Eq. 3): (2P + 2 log2 P) alpha + 6 k (P - 1) / P beta_element, 4-byte elements."""
     return (2 * P + 2 * math.log2(P)) * net.alpha + 6 * k * (P - 1) / P * ELEMENT_BYTES * net.beta
+
+# --- TopkDSA: SparCML's sparse recursive doubling (ssgd.comm.collectives.sparcml) ----------------
+# Its bytes depend on the fill-in, how much the ranks' supports overlap, so they have no closed form in
+# (P, k); the functions below give the worst case, disjoint supports, from each rank's entry count.
+TOPKDSA_COUNT_BYTES = 4    # the int32 count sent before each vector
+
+
+def topkdsa_vector_bytes(n: int, d: int, entry_bytes: int = SPARSE_ENTRY_BYTES, value_bytes: int = ELEMENT_BYTES) -> int:
+    """Bytes of a partial sum of support n on the wire: `entry_bytes` n sparse (8 n), or `value_bytes` d (4 d)
+    once that is fewer (the dense switch; 6 and 2 with 16-bit values)."""
+    return min(entry_bytes * n, value_bytes * d)
+
+
+def topkdsa_pairs(P: int) -> list[list[tuple[int, int]]]:
+    """The stages of the schedule as (lower, higher) rank pairs, p2 = 2^floor(log2 P): the fold (higher
+    sends to lower), log2 p2 rounds of recursive doubling (both send), the unfold (lower sends to higher)."""
+    p2 = 1 << (P.bit_length() - 1)
+    fold = [(r, r + p2) for r in range(P - p2)]
+    swaps = [[(r, r ^ (1 << j)) for r in range(p2) if r < r ^ (1 << j)] for j in range(p2.bit_length() - 1)]
+    return [fold, *swaps, fold]
+
+
+def topkdsa_transfers(P: int, d: int, counts: Sequence[int], entry_bytes: int = SPARSE_ENTRY_BYTES,
+                      value_bytes: int = ELEMENT_BYTES) -> list[list[list[tuple[int, int]]]]:
+    """Per stage (`topkdsa_pairs`), per pair: its (sender, vector bytes) in order, with disjoint supports
+    (a partial sum's support is the sum of its ranks' counts, at most d)."""
+    support = [min(int(c), d) for c in counts]
+    stages = topkdsa_pairs(P)
+    out = []
+    for s, pairs in enumerate(stages):
+        stage = []
+        for lo, hi in pairs:
+            b_lo, b_hi = (topkdsa_vector_bytes(support[r], d, entry_bytes, value_bytes) for r in (lo, hi))
+            if s == len(stages) - 1 and s > 0:                  # unfold: the total back to the extra rank
+                stage.append([(lo, b_lo)])
+                support[hi] = support[lo]
+                continue
+            stage.append([(hi, b_hi)] if s == 0 else [(lo, b_lo), (hi, b_hi)])
+            support[lo] = min(support[lo] + support[hi], d)
+            support[hi] = support[lo]
+        out.append(stage)
+    return out
+
+
+def topkdsa_worst_sent(rank: int, P: int, d: int, counts: Sequence[int], entry_bytes: int = SPARSE_ENTRY_BYTES,
+                       value_bytes: int = ELEMENT_BYTES) -> tuple[int, int]:
+    """TopkDSA with disjoint supports (`counts[r]`: rank r's entries): a count and a vector per transfer."""
+    sent = [b for stage in topkdsa_transfers(P, d, counts, entry_bytes, value_bytes)
+            for pair in stage for src, b in pair if src == rank]
+    return 2 * len(sent), sum(TOPKDSA_COUNT_BYTES + b for b in sent)
+
+
+def topkdsa_seconds(net: AlphaBeta, P: int, d: int, counts: Sequence[int], entry_bytes: int = SPARSE_ENTRY_BYTES,
+                    value_bytes: int = ELEMENT_BYTES) -> float:
+    """TopkDSA's time with disjoint supports (the worst case): per stage, its slowest pair, whose messages
+    (a count, then the vector, from each sender in turn) go one after another."""
+    stages = topkdsa_transfers(P, d, counts, entry_bytes, value_bytes)
+    return sum(max((sum(net.message(TOPKDSA_COUNT_BYTES) + net.message(b) for _, b in pair) for pair in stage),
+                   default=0.0) for stage in stages)
