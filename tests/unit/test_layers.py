@@ -90,7 +90,7 @@ FLOORS = {
     "worlds": 4,
     "loop": 5,
     "scheme_config": 6,
-    "run": 7, "ddp": 7,
+    "run": 7, "ddp": 7, "fsdp": 7,
     "tools": 8,
     "__main__": 9, "report": 9,
 }

@@ -92,7 +92,7 @@ class OkTopkAllreduce(Collective):
         if st.calls % self.tau_prime == 0 or st.bounds is None or st.bounds.numel() != P + 1 \
                 or int(st.bounds[-1]) != payload.numel:
             st.bounds = yield from _regions(rank, P, payload)
-        region = yield from _split_reduce(rank, P, payload, st.bounds)
+        region = yield from split_reduce(rank, P, payload, st.bounds)
         if st.calls % self.tau == 0:
             total, st.threshold = yield from _exact(rank, P, payload, region)
         else:
@@ -124,14 +124,14 @@ def _by_region(payload: Sparse, bounds: Tensor) -> list[Sparse]:
     return [Sparse(idx[a:b], val[a:b], payload.numel) for a, b in zip(cuts, cuts[1:])]
 
 
-def _cycle_position(rank: int, P: int, s: int) -> int:
+def cycle_position(rank: int, P: int, s: int) -> int:
     """Rank's position in its cycle of the shift r -> r + s (mod P), counted from the cycle's smallest rank."""
     g = math.gcd(P, s)
     length, first = P // g, rank % g
     return ((rank - first) // g * pow(s // g, -1, length)) % length if length > 1 else 0
 
 
-def _split_reduce(rank: int, P: int, payload: Sparse, bounds: Tensor) -> Program:
+def split_reduce(rank: int, P: int, payload: Sparse, bounds: Tensor) -> Program:
     """Phase 1: this rank's region, summed over all ranks in rank order (a Sparse, indices increasing)."""
     regions = _by_region(payload, bounds)
     parts: list[Sparse | None] = [None] * P
@@ -139,7 +139,7 @@ def _split_reduce(rank: int, P: int, payload: Sparse, bounds: Tensor) -> Program
     for s in range(1, P):
         dest, src = (rank + s) % P, (rank - s) % P
         mine = pack_sparse(regions[dest])
-        if _cycle_position(rank, P, s) % 2 == 0:
+        if cycle_position(rank, P, s) % 2 == 0:
             yield from _send(dest, mine, s)
             parts[src] = yield from _recv(src, s, payload.numel)
         else:
