@@ -1,0 +1,147 @@
+"""ssgd.tools.simgrid_calibrate: the fit recovers known platform parameters from synthetic testbed times, the
+written cluster YAML reads back as the same Platform, bad inputs give one-line errors; and the closed forms the
+fit assumes are what SimGrid computes (when its bindings are importable)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ssgd.perf.platform import Platform, TcpModel
+from ssgd.tools import simgrid_calibrate as sc
+
+RATE = 125e6                    # 1 Gbit/s in bytes/s
+TRUE_LATENCY, TRUE_FACTOR = 1.2e-5, 0.93
+SIZES = [8 * 4**i for i in range(13)]          # the ping-pong's sizes, 8 B .. 128 MiB
+
+
+def synthetic(latency: float = TRUE_LATENCY, factor: float = TRUE_FACTOR) -> list[sc.Observation]:
+    """SimGrid's times with known parameters; the ping-pong's burst-regime sizes get times SimGrid cannot
+    produce (a tenth), which the fit must leave out."""
+    truth = sc.Fit(latency, factor, ())
+    pp = [truth.predict(sc.Observation(1, n, 1.0, 1.0), RATE) for n in SIZES]
+    pp = [t / 10 if sc.SMALL_MAX < n < sc.LARGE_MIN else t for n, t in zip(SIZES, pp)]
+    ar = sc.allreduce_observation(2, sc.CALIBRATION_D, 1.0)
+    return sc.pingpong_observations(SIZES, pp) + [
+        sc.allreduce_observation(2, sc.CALIBRATION_D, truth.predict(ar, RATE))]
+
+
+def test_the_fit_recovers_known_latency_and_bandwidth_factor():
+    result = sc.fit(synthetic(), RATE)
+    assert result.latency_s == pytest.approx(TRUE_LATENCY, rel=1e-9)
+    assert result.bandwidth_factor == pytest.approx(TRUE_FACTOR, rel=1e-9)
+    assert max(abs(r) for r in result.residuals) < 1e-9
+
+
+def test_the_burst_regime_of_the_pingpong_is_left_out():
+    kept = sc.pingpong_observations(SIZES, [1.0] * len(SIZES))
+    assert [o.nbytes for o in kept] == [n for n in SIZES if n <= 8192 or n >= 2 * 2**20]
+
+
+def test_the_allreduce_is_two_ring_steps_each_way_at_once():
+    obs = sc.allreduce_observation(2, 1000, 0.01)
+    assert (obs.messages, obs.nbytes, obs.share) == (2, 2 * 4 * 500, sc.CROSS_TRAFFIC)
+    assert sc.allreduce_observation(4, 10, 0.01).nbytes == 6 * 4 * 3          # torch.tensor_split: 3, 3, 2, 2
+
+
+def test_a_noisy_fit_stays_near_the_truth_and_a_negative_latency_is_held_at_zero():
+    noisy = [sc.Observation(o.messages, o.nbytes, o.share, o.seconds * (1.03 if i % 2 else 0.97))
+             for i, o in enumerate(synthetic())]
+    result = sc.fit(noisy, RATE)
+    assert result.bandwidth_factor == pytest.approx(TRUE_FACTOR, rel=0.05)
+    assert result.latency_s == pytest.approx(TRUE_LATENCY, rel=0.1)
+    bytes_only = [sc.Observation(1, n, 1.0, n / RATE) for n in (1e6, 4e6)] + [sc.Observation(1, 8, 1.0, 1e-9)]
+    assert sc.fit(bytes_only, RATE).latency_s == 0.0
+
+
+@pytest.mark.parametrize("obs, message", [
+    ([], "0 usable observations"),
+    ([sc.Observation(1, 0, 1.0, 1e-5), sc.Observation(1, 0, 1.0, 2e-5)], "one with bytes"),
+])
+def test_unusable_inputs_are_refused_with_one_line(obs, message):
+    with pytest.raises(sc.CalibrationError, match=message):
+        sc.fit(obs, RATE)
+
+
+def test_the_written_yaml_reads_back_as_the_fitted_platform(tmp_path):
+    result = sc.fit(synthetic(), RATE)
+    path = tmp_path / "simgrid.yaml"
+    path.write_text(sc.cluster_yaml("testbed-simgrid", 4, 1.0, result, (2.4e-5, 8.4e-9), "synthetic points"))
+    got = sc.load_platform(path)
+    assert got == Platform(hosts=4, bandwidth=RATE, latency=got.latency,
+                           tcp=TcpModel("LV08", 1.0, got.tcp.bandwidth_factor, sc.TCP_GAMMA))
+    assert (got.latency, got.tcp.bandwidth_factor) == (pytest.approx(TRUE_LATENCY, rel=1e-5),
+                                                       pytest.approx(TRUE_FACTOR, rel=1e-5))
+    assert sc.load_platform(path, hosts=2).hosts == 2
+
+
+def test_load_platform_names_the_file_and_the_missing_key(tmp_path):
+    with pytest.raises(sc.CalibrationError, match="no such file"):
+        sc.load_platform(tmp_path / "none.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nworld_size: 2\nnetwork: {alpha: 1e-5, beta: 1e-9}\n")
+    with pytest.raises(sc.CalibrationError, match="bad.yaml: cluster.network.simgrid lacks"):
+        sc.load_platform(bad)
+
+
+def test_the_command_line_refuses_a_bad_rate_and_a_missing_calibration_row(tmp_path, capsys):
+    pp = tmp_path / "pingpong.json"
+    pp.write_text(json.dumps({"nbytes": SIZES, "seconds": [1e-3] * len(SIZES), "alpha": 2e-5, "beta": 8e-9}))
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps({"rows": [{"collective": "dense_allreduce", "P": 4, "d": sc.CALIBRATION_D,
+                                              "measured_ms": 100.0}]}))
+    common = ["--pingpong", str(pp), "--allreduce", str(measured), "--out", str(tmp_path / "o.yaml")]
+    assert sc.main([*common, "--bw", "fast"]) == 2
+    assert "--bw 'fast': not a tc rate" in capsys.readouterr().err
+    assert sc.main([*common, "--bw", "1gbit"]) == 2
+    assert "no dense_allreduce row at P=2" in capsys.readouterr().err
+
+
+def test_the_command_line_writes_the_fitted_platform(tmp_path):
+    obs = synthetic()
+    pp = tmp_path / "pingpong.json"
+    truth = sc.Fit(TRUE_LATENCY, TRUE_FACTOR, ())
+    pp.write_text(json.dumps({"nbytes": SIZES, "seconds": [truth.predict(sc.Observation(1, n, 1.0, 1), RATE)
+                                                            for n in SIZES]}))
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps({"rows": [{"collective": "dense_allreduce", "P": 2, "d": sc.CALIBRATION_D,
+                                              "measured_ms": obs[-1].seconds * 1e3}]}))
+    out = tmp_path / "sub" / "simgrid.yaml"
+    assert sc.main(["--pingpong", str(pp), "--allreduce", str(measured), "--bw", "1gbit", "--out", str(out)]) == 0
+    got = sc.load_platform(out)
+    assert (got.latency, got.tcp.bandwidth_factor) == (pytest.approx(TRUE_LATENCY, rel=1e-5),
+                                                       pytest.approx(TRUE_FACTOR, rel=1e-5))
+
+
+SIMGRID_CHECK = """
+import json, sys, torch
+from ssgd.comm.collectives.dense import DenseAllreduce
+from ssgd.comm.collectives.gtopk import GTopKAllreduce
+from ssgd.comm.executors.simgrid import run_simgrid
+from ssgd.comm.executors.simgrid_engine import SimGridMissing
+from ssgd.payload import Dense
+from ssgd.perf.platform import Platform, TcpModel
+try:
+    import ssgd.comm.executors.simgrid_engine as e; e.load()
+except SimGridMissing:
+    print("missing"); sys.exit(0)
+p = Platform(hosts=2, bandwidth=125e6, latency=1.2e-5, tcp=TcpModel("LV08", 1.0, 0.93, 4194304.0))
+_, logs = run_simgrid(DenseAllreduce(), [Dense(torch.ones(2**20)) for _ in range(2)], p, cpu="none")
+print(json.dumps(max(l.clock for l in logs)))
+"""
+
+
+@pytest.mark.slow
+def test_the_fits_closed_form_is_what_simgrid_computes():
+    """A P = 2 ring allreduce on SimGrid (its own process: one platform per process) takes what the fit's
+    `allreduce_observation` charges: CROSS_TRAFFIC and the two latencies per route are SimGrid's."""
+    src = str(Path(sc.__file__).resolve().parents[2])
+    got = subprocess.run([sys.executable, "-c", SIMGRID_CHECK], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}).stdout.strip()
+    if got == "missing":
+        pytest.skip("SimGrid's bindings are not importable (make simgrid)")
+    truth = sc.Fit(1.2e-5, 0.93, ())
+    assert float(got) == pytest.approx(truth.predict(sc.allreduce_observation(2, 2**20, 1.0), 125e6), rel=1e-6)
