@@ -49,7 +49,8 @@ BURSTS, COMPUTE_SHARE, MAX_NETWORK_GBPS = 4.0, 0.10, 1.0
 GOAL, BETTER_FROM = 0.15, 0.05
 CSV_COLUMNS = ("collective", "P", "d", "bandwidth", "measured_s", "simgrid_s", "simgrid_network_s", "token_bucket_s",
                "alphabeta_s", "network_bound", "load_average", "simgrid_ratio", "token_bucket_ratio",
-               "alphabeta_ratio", "calibration", "noisy", "other_cores_max", "compute_s", "busiest_link_bytes")
+               "alphabeta_ratio", "calibration", "noisy", "other_cores_max", "compute_s", "token_bucket_network_s",
+               "busiest_link_bytes", "burst_bytes", "link_bytes_per_s")
 
 
 def loadavg() -> str:
@@ -60,11 +61,13 @@ def loadavg() -> str:
         return ""
 
 
-def network_bound(row: dict[str, Any]) -> bool:
-    """Whether bench/testbed_comm.py's `row` measures the link rather than the hosts (module docstring)."""
-    gbps = float(row["link_bytes_per_s"]) * 8 / 1e9
-    return (gbps <= MAX_NETWORK_GBPS and float(row["busiest_link_bytes"]) >= BURSTS * float(row["burst_bytes"])
-            and float(row["compute_ms"]) <= COMPUTE_SHARE * float(row["network_ms"]))
+def network_bound(link_bytes_per_s: float, busiest_link_bytes: float, burst_bytes: float, compute_s: float,
+                  network_s: float) -> bool:
+    """Whether a point measures the link rather than the hosts (module docstring): the link's rate, the bytes on
+    its busiest link, tc's burst (payload bytes), the ranks' measured compute and the token-bucket model's network
+    time of the call."""
+    return (link_bytes_per_s * 8 / 1e9 <= MAX_NETWORK_GBPS and busiest_link_bytes >= BURSTS * burst_bytes
+            and compute_s <= COMPUTE_SHARE * network_s)
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -79,6 +82,7 @@ def measure(args: argparse.Namespace) -> int:
                 before = loadavg()
                 argv = [sys.executable, str(HERE / "testbed_comm.py"), "--P", str(P), "--sizes", size, "--rounds",
                         str(args.rounds), "--out-dir", tmp]
+                argv += [] if args.retries is None else ["--retries", str(args.retries)]
                 if subprocess.run(argv, cwd=ROOT).returncode:
                     print(f"error: bench/testbed_comm.py --P {P} --sizes {size} failed", file=sys.stderr)
                     return 1
@@ -138,13 +142,16 @@ def csv_row(r: dict[str, Any], sim: list[float]) -> dict[str, Any]:
     measured = r["measured_ms"] / 1e3
     return {"collective": r["collective"], "P": r["P"], "d": r["d"], "bandwidth": r["bw"], "measured_s": measured,
             "simgrid_s": sim[0], "simgrid_network_s": sim[1], "token_bucket_s": r["modelled_ms"] / 1e3,
-            "alphabeta_s": r["alphabeta_ms"] / 1e3, "network_bound": network_bound(r),
+            "alphabeta_s": r["alphabeta_ms"] / 1e3,
+            "network_bound": network_bound(r["link_bytes_per_s"], r["busiest_link_bytes"], r["burst_bytes"],
+                                           r["compute_ms"] / 1e3, r["network_ms"] / 1e3),
             "load_average": f"{r.get('load_before', '')} -> {r.get('load_after', '')}",
             "simgrid_ratio": sim[0] / measured, "token_bucket_ratio": r["modelled_ms"] / r["measured_ms"],
             "alphabeta_ratio": r["alphabeta_ms"] / r["measured_ms"],
             "calibration": r["collective"] == "dense_allreduce" and r["P"] == 2 and r["d"] == CALIBRATION_D,
             "noisy": r["noisy"], "other_cores_max": r["other_cores_max"], "compute_s": r["compute_ms"] / 1e3,
-            "busiest_link_bytes": r["busiest_link_bytes"]}
+            "token_bucket_network_s": r["network_ms"] / 1e3, "busiest_link_bytes": r["busiest_link_bytes"],
+            "burst_bytes": r["burst_bytes"], "link_bytes_per_s": r["link_bytes_per_s"]}
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -187,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--P", type=int, nargs="+", default=[2, 4], help="hosts per job (default 2 4)")
     ap.add_argument("--sizes", nargs="+", default=list(SIZES), help=f"d (default {' '.join(SIZES)})")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per (P, d) (default %(default)s)")
+    ap.add_argument("--retries", type=int, help="repeats of a noisy round (bench/harness.py; default its own)")
     ap.add_argument("--out-dir", type=Path, default=VALIDATION, help="where --measure writes (default %(default)s)")
     ap.add_argument("--measured", type=Path, nargs="+", default=[], help="step 3: --measure's files, one per BW")
     ap.add_argument("--platform", type=Path, nargs="+", default=[], help="step 3: the fitted platform of each")

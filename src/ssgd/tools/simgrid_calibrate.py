@@ -32,6 +32,7 @@ import argparse
 import datetime
 import json
 import math
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,12 +79,15 @@ class Fit:
 
 
 def pingpong_observations(nbytes: Sequence[float], seconds: Sequence[float], small_max: float = SMALL_MAX,
-                          large_min: float = LARGE_MIN) -> list[Observation]:
-    """The ping-pong's one-way times of messages <= `small_max` or >= `large_min` bytes, one message alone each."""
+                          large_min: float = LARGE_MIN) -> tuple[list[Observation], list[Observation]]:
+    """The ping-pong's one-way times as (latency observations: messages <= `small_max` bytes, charged no bytes
+    since they pass in the burst at the host's speed; rate observations: messages >= `large_min` bytes), one
+    message alone each. The sizes in between are left out (module docstring)."""
     if len(nbytes) != len(seconds):
         raise CalibrationError(f"ping-pong: {len(nbytes)} sizes but {len(seconds)} times")
-    return [Observation(1, n, 1.0, t, f"ping-pong {n:.0f} B") for n, t in zip(nbytes, seconds)
-            if n <= small_max or n >= large_min]
+    small = [Observation(1, 0, 1.0, t, f"ping-pong {n:.0f} B") for n, t in zip(nbytes, seconds) if n <= small_max]
+    large = [Observation(1, n, 1.0, t, f"ping-pong {n:.0f} B") for n, t in zip(nbytes, seconds) if n >= large_min]
+    return small, large
 
 
 def allreduce_observation(P: int, d: int, seconds: float, itemsize: int = 4) -> Observation:
@@ -96,26 +100,26 @@ def allreduce_observation(P: int, d: int, seconds: float, itemsize: int = 4) -> 
                        f"dense allreduce P={P} d={d}")
 
 
-def fit(observations: Sequence[Observation], rate: float) -> Fit:
-    """latency_s and bandwidth_factor minimising the sum of squared relative errors of `observations` on links
-    of `rate` bytes/s (linear in latency_s and 1 / bandwidth_factor); latency_s is held at 0 when the free fit
-    makes it negative. CalibrationError without two observations, one of them with bytes."""
-    obs = [o for o in observations if o.seconds > 0]
-    if len(obs) < 2 or not any(o.nbytes > 0 for o in obs):
-        raise CalibrationError(f"fit: {len(obs)} usable observations; needs >= 2 with positive times, one with bytes")
-    rows = [(2 * o.messages / o.seconds, o.nbytes * o.share / (rate * o.seconds)) for o in obs]
-    saa = sum(a * a for a, _ in rows)
-    sab = sum(a * b for a, b in rows)
-    sbb = sum(b * b for _, b in rows)
-    sa, sb = sum(a for a, _ in rows), sum(b for _, b in rows)
-    det = saa * sbb - sab * sab
-    lat, inv = ((sa * sbb - sb * sab) / det, (saa * sb - sab * sa) / det) if det > 0 else (-1.0, 0.0)
-    if lat < 0:
-        lat, inv = 0.0, sb / sbb
+def fit(latency_obs: Sequence[Observation], rate_obs: Sequence[Observation], rate: float) -> Fit:
+    """The platform of the observations on links of `rate` bytes/s, in two steps, each robust to the odd slow
+    point of a shared machine: latency_s = half the median one-way time of `latency_obs` (single messages whose
+    bytes pass in the burst); then bandwidth_factor minimising the squared relative errors of `rate_obs` with
+    that latency (closed form: linear in 1 / bandwidth_factor). CalibrationError without a latency observation,
+    or a rate observation with bytes, or when no positive factor fits."""
+    if not latency_obs or any(o.messages != 1 for o in latency_obs):
+        raise CalibrationError(f"fit: {len(latency_obs)} latency observations; needs >= 1, each one message")
+    rated = [o for o in rate_obs if o.nbytes > 0 and o.seconds > 0]
+    if not rated:
+        raise CalibrationError("fit: no rate observation with bytes and a positive time")
+    latency = statistics.median(o.seconds for o in latency_obs) / 2
+    a = [o.messages * 2 * latency / o.seconds for o in rated]
+    c = [o.nbytes * o.share / (rate * o.seconds) for o in rated]
+    inv = sum(ci * (1 - ai) for ai, ci in zip(a, c)) / sum(ci * ci for ci in c)
     if not inv > 0 or not math.isfinite(inv):
-        raise CalibrationError(f"fit: no positive bandwidth factor fits (1 / factor = {inv:.3g})")
-    result = Fit(lat, 1.0 / inv, ())
-    return Fit(lat, 1.0 / inv, tuple(result.predict(o, rate) / o.seconds - 1 for o in obs))
+        raise CalibrationError(f"fit: no positive bandwidth factor fits (1 / factor = {inv:.3g}): the latency "
+                               "observations take longer than the rate observations")
+    result = Fit(latency, 1.0 / inv, ())
+    return Fit(latency, 1.0 / inv, tuple(result.predict(o, rate) / o.seconds - 1 for o in [*latency_obs, *rated]))
 
 
 def cluster_yaml(name: str, hosts: int, bw_gbps: float, result: Fit, alphabeta: tuple[float, float],
@@ -200,8 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.hosts < 2:
             raise CalibrationError(f"--hosts {args.hosts}: must be >= 2")
         pp = _read_json(args.pingpong)
-        obs = pingpong_observations(pp["nbytes"], pp["seconds"]) + allreduce_points(args.allreduce, args.calibration_d)
-        result = fit(obs, rate)
+        small, large = pingpong_observations(pp["nbytes"], pp["seconds"])
+        large += allreduce_points(args.allreduce, args.calibration_d)
+        result, obs = fit(small, large, rate), small + large
     except (CalibrationError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
