@@ -172,6 +172,19 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     print(f"wrote {path} ({len(every)} rows)")
 
 
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows as a Markdown table (docs/simgrid-validation.md): ms and each model's ratio to the measurement."""
+    out = ["| BW | P | d | collective | network-bound | measured ms | SimGrid ms (/ measured) | token bucket | "
+           "alpha-beta | load average (1, 5, 15 min) before -> after |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = " (fitted)" if r["calibration"] else ""
+        out.append(f"| {r['bandwidth']} | {r['P']} | {r['d']:,} | {r['collective']} | "
+                   f"{'yes' if r['network_bound'] else 'no'}{mark} | {1e3 * r['measured_s']:.4g} | "
+                   f"{1e3 * r['simgrid_s']:.4g} ({r['simgrid_ratio']:.2f}) | {r['token_bucket_ratio']:.2f} | "
+                   f"{r['alphabeta_ratio']:.2f} | {r['load_average']} |")
+    return out
+
+
 def summary(rows: list[dict[str, Any]]) -> list[str]:
     """The goal's verdict (docs/simgrid-validation.md) over the held-out network-bound rows, and the misses."""
     held = [r for r in rows if r["network_bound"] and not r["calibration"]]
@@ -220,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         sim = predictions(platform, got)
         rows += [csv_row(r, sim[f"{r['collective']},{r['P']},{r['d']}"]) for r in got]
     write_csv(args.csv, rows)
+    print("\n".join(table(rows)) + "\n")
     print("\n".join(summary(rows)))
     return 0
 

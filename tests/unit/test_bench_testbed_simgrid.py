@@ -56,3 +56,12 @@ def test_the_csv_keeps_the_other_bandwidths_rows(tmp_path):
 def test_the_predictions_need_a_platform_per_measured_file(capsys):
     assert sim.main(["--measured", "a.json"]) == 2
     assert "--measured (1 files) and --platform (0)" in capsys.readouterr().err
+
+
+def test_the_markdown_table_has_a_line_per_row_with_the_ratios():
+    lines = sim.table([sim.csv_row(measured(), [0.055, 0.054]), sim.csv_row(measured(P=2, d=sim.CALIBRATION_D),
+                                                                            [0.1, 0.1])])
+    assert len(lines) == 4
+    assert lines[2] == ("| 1gbit | 4 | 1,048,576 | dense_allreduce | yes | 50 | 55 (1.10) | 0.90 | 0.96 "
+                        "| 1.0 1.1 1.2 -> 1.5 1.2 1.2 |")
+    assert "| yes (fitted) |" in lines[3]
