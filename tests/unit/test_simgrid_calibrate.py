@@ -39,7 +39,8 @@ def test_the_fit_recovers_known_latency_and_bandwidth_factor():
     result = sc.fit(*synthetic(), RATE)
     assert result.latency_s == pytest.approx(TRUE_LATENCY, rel=1e-9)
     assert result.bandwidth_factor == pytest.approx(TRUE_FACTOR, rel=1e-9)
-    assert len(result.residuals) == 6 + 4 + 1 and max(abs(r) for r in result.residuals) < 1e-9
+    assert (len(result.residuals), result.latency_points) == (6 + 4 + 1, 6)
+    assert max(abs(r) for r in result.residuals) < 1e-9
 
 
 def test_the_burst_regime_of_the_pingpong_is_left_out_and_small_messages_carry_no_bytes():
@@ -155,3 +156,10 @@ def test_the_fits_closed_form_is_what_simgrid_computes():
         pytest.skip("SimGrid's bindings are not importable (make simgrid)")
     truth = sc.Fit(1.2e-5, 0.93, ())
     assert float(got) == pytest.approx(truth.predict(sc.allreduce_observation(2, 2**20, 1.0), 125e6), rel=1e-6)
+
+
+def test_the_yaml_reports_the_rate_observations_residual_apart_from_the_latencys():
+    small, large = synthetic()
+    large[0] = sc.Observation(1, large[0].nbytes, 1.0, large[0].seconds * 0.9)
+    text = sc.cluster_yaml("x", 4, 1.0, sc.fit(small, large, RATE), (2e-5, 8e-9), "synthetic points")
+    assert "6 ping-pong messages <= 8 KiB" in text and "5 observations, largest relative residual" in text

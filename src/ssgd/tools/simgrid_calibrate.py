@@ -72,6 +72,7 @@ class Fit:
     latency_s: float
     bandwidth_factor: float
     residuals: tuple[float, ...]
+    latency_points: int = 0       # residuals[:latency_points] are the latency observations', the rest the rate ones'
 
     def predict(self, obs: Observation, rate: float) -> float:
         """SimGrid's time for `obs` on links of `rate` bytes/s with these parameters (module docstring)."""
@@ -119,18 +120,21 @@ def fit(latency_obs: Sequence[Observation], rate_obs: Sequence[Observation], rat
         raise CalibrationError(f"fit: no positive bandwidth factor fits (1 / factor = {inv:.3g}): the latency "
                                "observations take longer than the rate observations")
     result = Fit(latency, 1.0 / inv, ())
-    return Fit(latency, 1.0 / inv, tuple(result.predict(o, rate) / o.seconds - 1 for o in [*latency_obs, *rated]))
+    return Fit(latency, 1.0 / inv, tuple(result.predict(o, rate) / o.seconds - 1 for o in [*latency_obs, *rated]),
+               len(latency_obs))
 
 
 def cluster_yaml(name: str, hosts: int, bw_gbps: float, result: Fit, alphabeta: tuple[float, float],
                  sources: str) -> str:
     """The `cluster` YAML of the fitted platform (conf/cluster/*.yaml's format, engine simgrid)."""
     today = datetime.date.today().isoformat()
-    worst = max((abs(r) for r in result.residuals), default=0.0)
+    rated = result.residuals[result.latency_points:]
+    worst = max((abs(r) for r in rated), default=0.0)
     return (f"# {name}: SimGrid's platform of the testbed, fitted by `make simgrid-calibrate` on {today}\n"
-            f"# (ssgd.tools.simgrid_calibrate; docs/simgrid-validation.md) from {sources}.\n"
-            f"# Fitted: latency_s and tcp.bandwidth_factor (latency_factor held at 1: only their product is\n"
-            f"# identifiable); {len(result.residuals)} observations, largest relative residual {worst:.1%}.\n"
+            f"# (ssgd.tools.simgrid_calibrate; docs/simgrid-validation.md) from\n# {sources}.\n"
+            f"# Fitted: latency_s (half the median one-way time of {result.latency_points} ping-pong messages <= 8 KiB)\n"
+            f"# and tcp.bandwidth_factor ({len(rated)} observations, largest relative residual {worst:.1%});\n"
+            f"# latency_factor held at 1: only its product with latency_s is identifiable.\n"
             f"name: {name}\nworld_size: {hosts}\nnetwork:\n"
             f"  alpha: {alphabeta[0]:.6g}          # the ping-pong's alpha/beta by regime (make alphabeta-testbed)\n"
             f"  beta: {alphabeta[1]:.6g}\n"
