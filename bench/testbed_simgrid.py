@@ -227,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --measured ({len(args.measured)} files) and --platform ({len(args.platform)}) must pair up, "
               "one per bandwidth (or pass --measure)", file=sys.stderr)
         return 2
+    missing = [f"--{flag} {path}" for flag, paths in (("measured", args.measured), ("platform", args.platform))
+               for path in paths if not path.is_file()]
+    if missing:
+        print(f"error: {missing[0]}: no such file (--measure and make simgrid-calibrate write them)", file=sys.stderr)
+        return 2
     rows = []
     for measured, platform in zip(args.measured, args.platform):
         got = json.loads(measured.read_text())["rows"]

@@ -65,3 +65,10 @@ def test_the_markdown_table_has_a_line_per_row_with_the_ratios():
     assert lines[2] == ("| 1gbit | 4 | 1,048,576 | dense_allreduce | yes | 50 | 55 (1.10) | 0.90 | 0.96 "
                         "| 1.0 1.1 1.2 -> 1.5 1.2 1.2 |")
     assert "| yes (fitted) |" in lines[3]
+
+
+def test_a_missing_input_file_is_named(tmp_path, capsys):
+    there = tmp_path / "measured.json"
+    there.write_text("{}")
+    assert sim.main(["--measured", str(there), "--platform", str(tmp_path / "none.yaml")]) == 2
+    assert f"--platform {tmp_path / 'none.yaml'}: no such file" in capsys.readouterr().err
