@@ -11,8 +11,8 @@ the route crosses two NIC links (the sender's up, the receiver's down), so it ta
 
 where `share` is 1 for a message alone and `CROSS_TRAFFIC` (1.05) when the reverse direction carries a message
 of the same size at once (LV08 charges every flow 5 % of its rate on its reverse route: SimGrid's
-`network/crosstraffic`, on by default). The TCP window's cap, tcp_gamma / (2 x route latency), is above 10 GB/s
-for every latency fitted here and plays no part. So, from times alone, only two numbers are identifiable: the
+`network/crosstraffic`, on by default). The TCP window's cap, tcp_gamma / (2 x route latency), is far above the
+fitted rates (39 GB/s at 26.7 us) and plays no part. So, from times alone, only two numbers are identifiable: the
 product latency_s x latency_factor and bandwidth_factor (the bandwidth is tc's rate, known). We fix
 latency_factor = 1 and fit latency_s and bandwidth_factor, by relative least squares (linear in latency_s and
 1 / bandwidth_factor) over
