@@ -163,3 +163,10 @@ def test_the_yaml_reports_the_rate_observations_residual_apart_from_the_latencys
     large[0] = sc.Observation(1, large[0].nbytes, 1.0, large[0].seconds * 0.9)
     text = sc.cluster_yaml("x", 4, 1.0, sc.fit(small, large, RATE), (2e-5, 8e-9), "synthetic points")
     assert "6 ping-pong messages <= 8 KiB" in text and "5 observations, largest relative residual" in text
+
+
+def test_a_pingpong_file_without_its_points_is_named(tmp_path, capsys):
+    pp = tmp_path / "pingpong.json"
+    pp.write_text("{}")
+    assert sc.main(["--pingpong", str(pp), "--allreduce", str(pp), "--bw", "1gbit", "--out", str(tmp_path / "o")]) == 2
+    assert f"{pp}: lacks 'nbytes'" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
     python -m ssgd.tools.simgrid_calibrate --pingpong outputs/testbed/pingpong.json \
         --allreduce outputs/testbed/calibration/testbed_1gbit.json --bw 1gbit --hosts 4 \
-        --out outputs/testbed/simgrid.yaml
+        --out outputs/testbed/simgrid_1gbit.yaml
 
 What SimGrid's LV08 model makes of a message of n bytes on an idle route of the star (docs/simgrid-validation.md):
 the route crosses two NIC links (the sender's up, the receiver's down), so it takes
@@ -14,15 +14,15 @@ of the same size at once (LV08 charges every flow 5 % of its rate on its reverse
 `network/crosstraffic`, on by default). The TCP window's cap, tcp_gamma / (2 x route latency), is far above the
 fitted rates (39 GB/s at 26.7 us) and plays no part. So, from times alone, only two numbers are identifiable: the
 product latency_s x latency_factor and bandwidth_factor (the bandwidth is tc's rate, known). We fix
-latency_factor = 1 and fit latency_s and bandwidth_factor, by relative least squares (linear in latency_s and
-1 / bandwidth_factor) over
+latency_factor = 1 and fit (`fit`)
 
-  * the ping-pong's messages of at most `SMALL_MAX` bytes (latency) and of at least `LARGE_MIN` bytes (rate),
-    one message alone (share 1); its messages in between pass mostly in the token bucket's burst, which
-    SimGrid's flow model has no term for, and are left out;
-  * the 2-host dense allreduce (a ring: 2 (P - 1) steps in which both hosts send one chunk each way, share 1.05),
-    measured by bench/testbed_comm.py at one size (`--calibration-d`, default 4M elements): every other point of
-    the validation is held out of the fit.
+  * latency_s: half the median one-way time of the ping-pong's messages of at most `SMALL_MAX` bytes, which
+    pass in the token bucket's burst at the host's speed (their time is the latency alone);
+  * bandwidth_factor: relative least squares (closed form, linear in 1 / bandwidth_factor) over the ping-pong's
+    messages of at least `LARGE_MIN` bytes, one message alone, and the 2-host dense allreduce (a ring:
+    2 (P - 1) steps in which both hosts send one chunk each way, share 1.05), measured by bench/testbed_comm.py
+    at one size (`--calibration-d`, default 4M elements): every other point of the validation is held out.
+The ping-pong's sizes in between pass mostly in the burst, which SimGrid's flow model has no term for.
 
 `load_platform(path)` reads such a file back into a `ssgd.perf.platform.Platform` (bench/testbed_simgrid.py).
 """
@@ -132,7 +132,8 @@ def cluster_yaml(name: str, hosts: int, bw_gbps: float, result: Fit, alphabeta: 
     worst = max((abs(r) for r in rated), default=0.0)
     return (f"# {name}: SimGrid's platform of the testbed, fitted by `make simgrid-calibrate` on {today}\n"
             f"# (ssgd.tools.simgrid_calibrate; docs/simgrid-validation.md) from\n# {sources}.\n"
-            f"# Fitted: latency_s (half the median one-way time of {result.latency_points} ping-pong messages <= 8 KiB)\n"
+            f"# Fitted: latency_s (half the median one-way time of {result.latency_points} ping-pong messages "
+            "<= 8 KiB)\n"
             f"# and tcp.bandwidth_factor ({len(rated)} observations, largest relative residual {worst:.1%});\n"
             f"# latency_factor held at 1: only its product with latency_s is identifiable.\n"
             f"name: {name}\nworld_size: {hosts}\nnetwork:\n"
@@ -211,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         small, large = pingpong_observations(pp["nbytes"], pp["seconds"])
         large += allreduce_points(args.allreduce, args.calibration_d)
         result, obs = fit(small, large, rate), small + large
-    except (CalibrationError, KeyError) as err:
+    except KeyError as err:
+        print(f"error: {args.pingpong}: lacks {err} (make alphabeta-testbed writes nbytes and seconds)", file=sys.stderr)
+        return 2
+    except CalibrationError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for o, r in zip(obs, result.residuals):
