@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         large += allreduce_points(args.allreduce, args.calibration_d)
         result, obs = fit(small, large, rate), small + large
     except KeyError as err:
-        print(f"error: {args.pingpong}: lacks {err} (make alphabeta-testbed writes nbytes and seconds)", file=sys.stderr)
+        print(f"error: {args.pingpong}: lacks {err} (make alphabeta-testbed writes them)", file=sys.stderr)
         return 2
     except CalibrationError as err:
         print(f"error: {err}", file=sys.stderr)
