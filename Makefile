@@ -151,7 +151,7 @@ validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-r
 gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (3 min on one H200; no GPU: says so, exit 0)
 	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
-.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed bench-testbed-e2e bench-testbed-replay
+.PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed bench-testbed-e2e bench-testbed-replay simgrid-calibrate bench-testbed-simgrid
 P  ?= 4
 BW ?= 1gbit
 testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> cluster=testbed, outputs/testbed/hosts (P=4 BW=1gbit; docs/testbed.md)
@@ -172,6 +172,23 @@ bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs 
 bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (~10 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_replay.py $(ARGS)
 	@if [ -f bench/results/testbed_replay_1gbit.csv ]; then mkdir -p paper_figs/measured && cp bench/results/testbed_replay_1gbit.csv paper_figs/measured/ && echo "copied to paper_figs/measured/ (make fig-scaling draws it)"; fi
+
+TB_BW = $$(sed -n 's/^SSGD_TESTBED_BW=//p' outputs/testbed/env 2>/dev/null)
+TB_UP = [ -f outputs/testbed/env ] || { echo "error: the testbed is down: make testbed-up P=4 (docs/testbed.md)"; exit 2; }
+
+simgrid-calibrate: $(STAMP)  ## SimGrid's platform of the testbed: latency + bandwidth factor fitted to the ping-pong and a P=2 dense allreduce (d=4M) -> outputs/testbed/simgrid_<BW>.yaml (~1.5 min; docs/simgrid-validation.md)
+	@$(TB_UP)
+	PYTHONPATH=src $(PY) bench/testbed_comm.py --P 2 --sizes 4M --out-dir outputs/testbed/calibration
+	bw=$(TB_BW); PYTHONPATH=src $(PY) -m ssgd.tools.simgrid_calibrate --pingpong outputs/testbed/pingpong.json \
+	  --allreduce outputs/testbed/calibration/testbed_$$bw.json --bw $$bw --out outputs/testbed/simgrid_$$bw.yaml
+
+bench-testbed-simgrid: $(STAMP)  ## every collective at P=2,4, d=0.27M-61M on the testbed: measured vs SimGrid (calibrated here) vs token bucket vs alpha-beta -> docs/data/simgrid_validation.csv (~15 min at 1gbit)
+	@$(TB_UP)
+	PYTHONPATH=src $(PY) bench/testbed_simgrid.py --measure $(ARGS)
+	bw=$(TB_BW); PYTHONPATH=src $(PY) -m ssgd.tools.simgrid_calibrate --pingpong outputs/testbed/pingpong.json \
+	  --allreduce outputs/testbed/validation/measured_$$bw.json --bw $$bw --out outputs/testbed/simgrid_$$bw.yaml && \
+	PYTHONPATH=src $(PY) bench/testbed_simgrid.py --measured outputs/testbed/validation/measured_$$bw.json \
+	  --platform outputs/testbed/simgrid_$$bw.yaml --csv docs/data/simgrid_validation.csv
 
 testbed-status:  ## the testbed's hosts and shaping; exit 0 when it is up
 	scripts/testbed/testbed.sh status
