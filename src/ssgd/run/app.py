@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 # (Its message starts with a newline, and `message` must match from the start.)
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 log = logging.getLogger("ssgd.train")   # Hydra routes it: stdout / stderr and <run dir>/train.log
+logging.raiseExceptions = False         # a line a full disk refuses to train.log is dropped, not a traceback
 PHASES: dict[str, Phases] = {}          # this process's start-up timeline, made by `cli` (one per process)
 
 
