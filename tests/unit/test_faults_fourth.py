@@ -74,8 +74,8 @@ def test_torch_running_out_of_space_mid_write_is_the_one_line(disk):
     pos`, its OSError only in the context), here with the precheck told the file needs nothing."""
     root = disk("1m")
     fill(root, leave=300_000)
-    with pytest.raises(DiskFull, match=r"x.pt: cannot write the weights \(No space left on device\): it needs "
-                                       r"about 0 bytes, [\d,]+ bytes free; nothing was written"):
+    with pytest.raises(DiskFull, match=r"x.pt: cannot write the weights \(No space left on device\): its size is "
+                                       r"not known before it is written, [\d,]+ bytes free; nothing was written"):
         with replacing(root / "x.pt", "the weights", 0) as tmp:
             torch.save({"w": torch.zeros(500_000)}, tmp)
     assert not (root / "x.pt").exists() and leftovers(root) == []
@@ -173,3 +173,65 @@ def test_records_missing_below_the_checkpoints_count_are_named(tmp_path, caplog)
     assert said == [f"{run / METRICS}: it holds 2 of the {len(lines)} records the checkpoint had seen: records "
                     f"3-{len(lines)} are missing (lost before this resume; the run goes on from the checkpoint "
                     "and does not write them again)"]
+
+
+# -- row 9: a run directory with letters outside ASCII ---------------------------------------------------
+def test_values_with_letters_outside_ascii_are_quoted_for_hydra():
+    from ssgd.run.app import quote_non_ascii
+    assert quote_non_ascii(["hydra.run.dir=out/r52_ünï日本", "seed=2", "-m", "+a.b=é"]) == \
+        ['hydra.run.dir="out/r52_ünï日本"', "seed=2", "-m", '+a.b="é"']
+    # a value that holds grammar (a sweep, quotes, interpolation) is the user's to quote: left as it is
+    assert quote_non_ascii(["x=ü,é", "x='ü'", "x=${y}ü", "x=a;ü b"]) == ["x=ü,é", "x='ü'", "x=${y}ü", "x=a;ü b"]
+
+
+# -- row 10: python -m ssgd.report on files that are not a run's ---------------------------------------
+@pytest.mark.parametrize("summary, metrics, named", [
+    ("nope", '{"step": 1}\n', "summary.json: not a summary written by a run (JSONDecodeError: Expecting value"),
+    ("[1, 2]", "", "summary.json: not a summary written by a run (a JSON list, not an object)"),
+    ('{"steps": 1}', "garbage\n", "metrics.jsonl: line 1 is not a JSON record of a run ('garbage')"),
+    ('{"steps": 1}', '{"step": 1}\n\xff\xfe\n', "metrics.jsonl: unreadable (UnicodeDecodeError: "),
+])
+def test_report_on_garbage_names_the_file_in_one_line(tmp_path, capsys, summary, metrics, named):
+    from ssgd.utils.result_files import main
+    (tmp_path / "summary.json").write_text(summary)
+    (tmp_path / "metrics.jsonl").write_bytes(metrics.encode("latin-1"))
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / named.split(':')[0]}:") and named.split(":", 1)[1] in err
+    assert err.count("\n") == 1 and not (tmp_path / "report.png").exists()
+
+
+def test_report_skips_a_last_record_being_written(tmp_path, capsys):
+    from ssgd.utils.result_files import main
+    (tmp_path / "summary.json").write_text('{"steps": 2}')
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train/loss": 1.0}\n{"step": 2, "tra')
+    assert main([str(tmp_path)]) == 0 and (tmp_path / "report.png").is_file()
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# -- row 11: ssgd.ddp.register on a module that is not DistributedDataParallel ----------------------------
+def test_ddp_register_on_a_plain_module_says_it_needs_ddp():
+    import ssgd.ddp
+    with pytest.raises(TypeError, match=r"ssgd.ddp.register: model is a torch.nn.modules.linear.Linear, not a "
+                                        r"torch.nn.parallel.DistributedDataParallel; wrap it first"):
+        ssgd.ddp.register(torch.nn.Linear(10, 2), compressor="gtopk")
+
+
+# -- also seen: an interrupted sweep says which points it did not run -------------------------------------
+def test_an_interrupted_sweep_names_the_points_it_did_not_run():
+    from ssgd.run.sweep import skipped_note
+    assert skipped_note(1) == "the sweep stopped in its point 1; the points after it were not run"
+
+
+# -- row 4's part in-process: Hydra's .hydra/ files on a full disk fail the point, not the sweep ----------
+def test_hydra_files_the_disk_cannot_take_fail_the_job_not_the_launcher(disk):
+    from omegaconf import OmegaConf
+
+    from ssgd.run.sweep import hydra_write_failure, save_hydra_config
+    root = disk("64k")
+    fill(root)
+    save_hydra_config(OmegaConf.create({"a": "x" * 5000}), "config.yaml", root / "job" / ".hydra")
+    assert leftovers(root) == [] and not (root / "job" / ".hydra" / "config.yaml").exists()
+    with pytest.raises(DiskFull, match=r"job/.hydra/config.yaml: cannot write Hydra's record of the run \(No space"):
+        hydra_write_failure(root / "job")
+    hydra_write_failure(root / "job")            # said once

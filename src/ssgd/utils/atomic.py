@@ -49,11 +49,12 @@ def no_space_reason(err: BaseException) -> str | None:
 
 
 def disk_full(path: Path, what: str, needed: int, reason: str, kept: str) -> DiskFull:
-    """The one-line error of a write of `what` to `path` that needed about `needed` bytes; `kept` says what
-    was kept (e.g. "the previous checkpoint is kept")."""
+    """The one-line error of a write of `what` to `path` that needed about `needed` bytes (0: not known ahead,
+    a figure); `kept` says what was kept (e.g. "the previous checkpoint is kept")."""
     free = free_bytes(Path(path).parent)
     shown = "free space unknown" if free is None else f"{free:,} bytes free"
-    return DiskFull(f"{path}: cannot write {what} ({reason}): it needs about {needed:,} bytes, {shown}; {kept} "
+    size = f"it needs about {needed:,} bytes" if needed > 0 else "its size is not known before it is written"
+    return DiskFull(f"{path}: cannot write {what} ({reason}): {size}, {shown}; {kept} "
                     "(free space, or set hydra.run.dir elsewhere and resume from it)", str(path), needed, free)
 
 
