@@ -8,7 +8,9 @@ import os
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+import pytest
 
 
 def why_no_tmpfs() -> str | None:
@@ -44,3 +46,25 @@ def fill(disk: Path, leave: int = 0) -> Path:
         except OSError:
             pass
     return filler
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """A factory of small tmpfs mounts under tmp_path (`disk("2m")`), each unmounted after the test; the test is
+    skipped with the reason where none can be mounted (not root, no tmpfs, mount refused)."""
+    reason = why_no_tmpfs()
+    if reason:
+        pytest.skip(reason)
+    mounts = []
+
+    def make(size: str) -> Path:
+        ctx = small_disk(tmp_path / f"disk{len(mounts)}", size)
+        try:
+            where = ctx.__enter__()
+        except OSError as err:
+            pytest.skip(str(err))
+        mounts.append(ctx)
+        return where
+    yield make
+    for ctx in reversed(mounts):
+        ctx.__exit__(None, None, None)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import make_cfg
-from disks import fill, small_disk, why_no_tmpfs
+from disks import disk, fill  # noqa: F401  (disk: a fixture)
 from ssgd.errors import AlreadyFinished, ConfigError, DiskFull
 from ssgd.loop.checkpoint import FILENAME
 from ssgd.run import build
@@ -29,27 +29,6 @@ def fit(run_dir: Path, *overrides: str) -> dict:
     finally:
         world.close()
         writer.close()
-
-
-@pytest.fixture
-def disk(tmp_path):
-    """A factory of small tmpfs mounts under tmp_path, each unmounted after the test."""
-    reason = why_no_tmpfs()
-    if reason:
-        pytest.skip(reason)
-    mounts = []
-
-    def make(size: str) -> Path:
-        ctx = small_disk(tmp_path / f"disk{len(mounts)}", size)
-        mounts.append(ctx)
-        try:
-            return ctx.__enter__()
-        except OSError as err:
-            mounts.pop()
-            pytest.skip(str(err))
-    yield make
-    for ctx in reversed(mounts):
-        ctx.__exit__(None, None, None)
 
 
 def leftovers(folder: Path) -> list[str]:
