@@ -54,6 +54,8 @@ def disk_full(path: Path, what: str, needed: int, reason: str, kept: str) -> Dis
     free = free_bytes(Path(path).parent)
     shown = "free space unknown" if free is None else f"{free:,} bytes free"
     size = f"it needs about {needed:,} bytes" if needed > 0 else "its size is not known before it is written"
+    if free is not None and 0 < needed <= free:       # the bytes were there: the file system ran out of inodes
+        shown += " (but no free inodes, or a quota)"
     return DiskFull(f"{path}: cannot write {what} ({reason}): {size}, {shown}; {kept} "
                     "(free space, or set hydra.run.dir elsewhere and resume from it)", str(path), needed, free)
 
