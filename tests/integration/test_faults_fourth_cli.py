@@ -49,8 +49,8 @@ def test_a_full_disk_in_metrics_is_one_line_and_no_half_record(disk, tmp_path):
 def test_a_full_disk_in_a_sweep_fails_each_point_in_one_line_and_the_sweep_goes_on(disk, tmp_path):
     """Row 4: every point runs (or fails in one line: Hydra's own `.hydra/` files included), the table, exit 2
     (was: exit 1, "--- Logging error ---" and chained tracebacks, the last point never ran)."""
-    sweep = disk("200k") / "sweep"
-    proc = subprocess.run([*TRAIN, "-m", "seed=1,2,3", "trainer.max_steps=150", "trainer.log_every=1", *QUIET,
+    sweep = disk("100k") / "sweep"
+    proc = subprocess.run([*TRAIN, "-m", "seed=1,2,3", "trainer.max_steps=120", "trainer.log_every=1", *QUIET,
                            f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env=env())
     assert proc.returncode == 2, proc.stderr[-3000:]
