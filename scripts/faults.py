@@ -218,7 +218,8 @@ def row11(tmp: Path) -> str:
                   "torch.nn.parallel.DistributedDataParallel", one_line=False)
 
 
-def signalled(tmp: Path, args: list[str], progress: Callable[[], bool], ignore_sigint: bool) -> subprocess.CompletedProcess:
+def signalled(tmp: Path, args: list[str], progress: Callable[[], bool],
+              ignore_sigint: bool) -> subprocess.CompletedProcess:
     """Start `args`, send SIGINT once `progress()` holds; the process's result (Short if it ignores the signal)."""
     preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env=ENV,

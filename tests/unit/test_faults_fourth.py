@@ -86,7 +86,8 @@ def test_a_summary_the_disk_cannot_take_leaves_no_temporary_file(disk):
     before = (root / "run" / "summary.json").read_bytes()
     fill(root)
     with pytest.raises(DiskFull, match=r"summary.json: cannot write the run's summary \(No space left on device\): "
-                                       r"it needs about [\d,]+ bytes, 0 bytes free; the previous run's summary is kept"):
+                                       r"it needs about [\d,]+ bytes, 0 bytes free; "
+                                       r"the previous run's summary is kept"):
         writer.summary({"steps": 2, "pad": "x" * 5000})
     writer.close()
     assert (root / "run" / "summary.json").read_bytes() == before and leftovers(root) == []
@@ -160,7 +161,8 @@ def test_values_with_letters_outside_ascii_are_quoted_for_hydra():
     assert quote_non_ascii(["hydra.run.dir=out/r52_ünï日本", "seed=2", "-m", "+a.b=é"]) == \
         ['hydra.run.dir="out/r52_ünï日本"', "seed=2", "-m", '+a.b="é"']
     # a value that holds grammar (a sweep, quotes, interpolation) is the user's to quote: left as it is
-    assert quote_non_ascii(["x=ü,é", "x='ü'", "x=${y}ü", "x=a;ü b"]) == ["x=ü,é", "x='ü'", "x=${y}ü", "x=a;ü b"]
+    kept = ["x=ü,é", "x='ü'", "x=${y}ü", "x=a;ü b"]
+    assert quote_non_ascii(kept) == kept
 
 
 # -- row 10: python -m ssgd.report on files that are not a run's ---------------------------------------

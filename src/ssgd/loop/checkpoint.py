@@ -93,8 +93,8 @@ def finished_without_checkpoint(run_dir: Path) -> None:
 
 def resume_path(resume: str | None, run_dir: Path) -> Path | None:
     """The checkpoint `trainer.resume` names: None for none; `auto`: run_dir/checkpoint.pt when it exists
-    (else None: a fresh start, or AlreadyFinished when run_dir holds a finished run's summary.json); otherwise a checkpoint file or a run directory holding one (ConfigError if
-    there is none)."""
+    (else None: a fresh start, or AlreadyFinished when run_dir holds a finished run's summary.json);
+    otherwise a checkpoint file or a run directory holding one (ConfigError if there is none)."""
     if resume is None or resume == "":
         return None
     if resume == AUTO:
