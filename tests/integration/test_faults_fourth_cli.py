@@ -59,6 +59,7 @@ def test_a_full_disk_in_a_sweep_fails_each_point_in_one_line_and_the_sweep_goes_
     failed = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert failed and all("(No space left on device)" in line for line in failed)
     assert f"sweep: {len(failed)} of 3 points failed" in proc.stderr
+    assert "could not be written, a full disk: their lines are below" in proc.stderr    # no error.txt fits
     no_leftovers(sweep)
 
 

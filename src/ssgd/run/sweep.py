@@ -153,8 +153,11 @@ class SweepReport(Callback):
             self.failed = failures_in(sweep_dir, self.started)
         if not self.failed:
             return
+        written = {path.parent.name.split("-", 1)[0] for path in sweep_dir.glob(f"*/{ERROR_FILE}")}
+        missing = sum(str(num) not in written for num, _, _ in self.failed)
+        unwritten = f"; {missing} could not be written, a full disk: their lines are below" if missing else ""
         lines = [f"sweep: {len(self.failed)} of {self.points} points failed (each folder under "
-                 f"{config.hydra.sweep.dir} holds its {ERROR_FILE}):",
+                 f"{config.hydra.sweep.dir} holds its {ERROR_FILE}{unwritten}):",
                  "  job  status  overrides  error"]
         lines += [f"  {num:<4} {p.status:<7} {overrides}  {p.message}" for num, overrides, p in self.failed]
         print("\n".join(lines), file=sys.stderr)
