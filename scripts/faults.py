@@ -1,8 +1,9 @@
-"""Replay the fourth fault matrix of docs/faults.md from the command line, as a user meets it, and print a
-table: each row's case, `ok` (the documented behaviour), `short` (it fell short: what was seen instead) or
-`skip` (it needs what this machine lacks: the full-disk rows mount a small tmpfs, which needs root).
+"""Replay the fourth fault matrix of docs/faults.md (and the first and third matrices' refusals of bad input)
+from the command line, as a user meets it, and print a table: each row's case, `ok` (the documented
+behaviour), `short` (it fell short: what was seen instead) or `skip` (it needs what this machine lacks: the
+full-disk rows mount a small tmpfs, which needs root).
 
-    python scripts/faults.py              # every row (about 2-3 minutes on 2 cores)
+    python scripts/faults.py              # every row (5 minutes on 2 busy cores, 1.5 minutes of CPU)
     python scripts/faults.py --rows 1,5   # some rows
     make faults                           # the same as the first line
 
@@ -260,7 +261,28 @@ def sweep_sigint(tmp: Path) -> str:
     return expect(proc, 130, "the sweep stopped in its point 0; the points after it were not run")
 
 
+REFUSED = {      # earlier matrices' bad input: override -> a piece of its one line (exit 2, nothing written)
+    "m1-option": ("compressor=foo", "error: compressor=foo: no such option; allowed: dense, "),
+    "m1-key": ("+foo=1", "error: foo: unknown key; allowed: backend, "),
+    "m1-range": ("compressor.density=1.5", "error: compressor.density=1.5: must be a number in (0, 1]"),
+    "m1-rundir": ("hydra.run.dir=/sys/x", "error: hydra.run.dir=/sys/x: cannot write there ("),
+    "m3-grammar": ("hydra.run.dir=out/a;touch x", "Hydra's override grammar refused a character"),
+}
+
+
+def refused(key: str) -> Callable[[Path], str]:
+    """The row of REFUSED[key]: one line, exit 2, and nothing left in the folder it ran in."""
+    def row(tmp: Path) -> str:
+        override, piece = REFUSED[key]
+        line = expect(run(tmp, override), 2, piece)
+        if list(tmp.iterdir()):
+            raise Short(f"left behind: {sorted(p.name for p in tmp.iterdir())}")
+        return line
+    return row
+
+
 ROWS: dict[str, tuple[str, Callable[[Path], str]]] = {
+    **{key: (f"'{override}'", refused(key)) for key, (override, _) in REFUSED.items()},
     "1": ("a full disk at a checkpoint (2 MiB tmpfs)", row1),
     "2": ("a full disk while metrics.jsonl is written (100 KiB)", row2),
     "3": ("a full disk while summary.json is written (no inode left)", row3),
