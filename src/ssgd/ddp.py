@@ -365,7 +365,12 @@ def register(model: nn.parallel.DistributedDataParallel, compressor: str = "gtop
              *, seed: int = 0, process_group: dist.ProcessGroup | None = None, overlap: bool = True,
              values: str | None = None, narrow_indices: bool = True) -> SparseHook:
     """Run scheme `compressor` on every gradient bucket of `model` (module docstring): builds
-    `hook_state(model, ...)` (same arguments), registers it with `sparse_hook`, and returns the state."""
+    `hook_state(model, ...)` (same arguments), registers it with `sparse_hook`, and returns the state.
+    TypeError naming the model's class when `model` is not a DistributedDataParallel (only DDP runs hooks)."""
+    if not isinstance(model, nn.parallel.DistributedDataParallel):
+        raise TypeError(f"ssgd.ddp.register: model is a {type(model).__module__}.{type(model).__qualname__}, not a "
+                        "torch.nn.parallel.DistributedDataParallel; wrap it first: model = "
+                        "DistributedDataParallel(net) after torch.distributed.init_process_group(...)")
     state = hook_state(model, compressor, density, seed=seed, process_group=process_group, overlap=overlap,
                        values=values, narrow_indices=narrow_indices)
     model.register_comm_hook(state, sparse_hook)

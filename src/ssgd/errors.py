@@ -33,6 +33,16 @@ class BadArgument(ConfigError):
         self.name, self.value, self.reason = name, value, reason
 
 
+class DiskFull(ConfigError):
+    """A write of the run's outputs failed for want of space (ENOSPC or a quota, in any of its disguises):
+    one line naming the file, the bytes it needed and those free (exit status 2). The temporary file is
+    removed and what was written before is intact (ssgd.utils.atomic)."""
+
+    def __init__(self, message: str, path: str, needed: int, free: int | None) -> None:
+        super().__init__(message)
+        self.path, self.needed, self.free = path, needed, free
+
+
 class RunEnded(Exception):
     """A run that ended without a result: `status` is the exit status, `str(self)` the one line for the user."""
 

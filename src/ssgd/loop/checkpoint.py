@@ -18,14 +18,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ssgd.errors import ConfigError
+from ssgd.errors import AlreadyFinished, ConfigError
+from ssgd.utils.atomic import replacing
 
 FILENAME = "checkpoint.pt"
 AUTO = "auto"
@@ -58,38 +59,48 @@ def tensor_bytes(obj: Any) -> int:
 
 
 def save_checkpoint(run_dir: Path, shared: dict, ranks: dict[int, dict], is_root: bool = True) -> Path:
-    """Write run_dir/checkpoint.pt atomically (temporary file + rename). A write that fails (a full disk,
-    a quota) deletes its temporary file, keeps the previous checkpoint, and raises ConfigError naming the
-    path, the bytes the checkpoint needs and those free (exit status 2)."""
+    """Write run_dir/checkpoint.pt atomically (temporary file + rename, ssgd.utils.atomic.replacing). A write
+    that cannot fit (checked first against the bytes of its tensors, then ENOSPC or a quota in any disguise:
+    an OSError, or torch's RuntimeError `unexpected pos` from its zip writer) deletes its temporary file, keeps
+    the previous checkpoint, and raises DiskFull naming the path, the bytes the checkpoint needs and those
+    free (a ConfigError: exit status 2). Torch's zip records carry a CRC32 of each entry, which
+    `load_checkpoint` checks."""
     path = Path(run_dir) / FILENAME
     if is_root:
-        tmp = path.with_suffix(".pt.tmp")
         state = {"shared": shared, "ranks": ranks}
-        try:
+        with replacing(path, "the checkpoint", tensor_bytes(state)) as tmp:
             with open(tmp, "wb") as f:             # a file object: torch then raises the OSError itself
                 torch.save(state, f)
-            os.replace(tmp, path)
-        except OSError as err:
-            tmp.unlink(missing_ok=True)
-            try:
-                free = f"{shutil.disk_usage(path.parent).free:,} bytes free"
-            except OSError:
-                free = "free space unknown"
-            kept = "the previous checkpoint is kept" if path.exists() else "no earlier checkpoint"
-            raise ConfigError(f"{path}: cannot write the checkpoint ({err.strerror or err}): it needs about "
-                              f"{tensor_bytes(state):,} bytes, {free}; {kept} (free space, or set "
-                              "hydra.run.dir elsewhere and resume from it)") from err
     return path
+
+
+def finished_without_checkpoint(run_dir: Path) -> None:
+    """AlreadyFinished when run_dir holds the summary.json of a run that finished and left no checkpoint
+    (`trainer.checkpoint_every=0`): `trainer.resume=auto` there has nothing to continue from, and training it
+    again from step 0 would silently rewrite its outputs."""
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        return
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, ValueError):
+        summary = {}
+    steps = summary.get("steps", "?") if isinstance(summary, dict) else "?"
+    raise AlreadyFinished(f"{run_dir}: this run already finished at step {steps} (summary.json) and has no "
+                          "checkpoint to continue from; nothing to do, nothing changed (a new run needs a new "
+                          "directory)", summary if isinstance(summary, dict) else {})
 
 
 def resume_path(resume: str | None, run_dir: Path) -> Path | None:
     """The checkpoint `trainer.resume` names: None for none; `auto`: run_dir/checkpoint.pt when it exists
-    (else None: a fresh start); otherwise a checkpoint file or a run directory holding one (ConfigError if
-    there is none)."""
+    (else None: a fresh start, or AlreadyFinished when run_dir holds a finished run's summary.json);
+    otherwise a checkpoint file or a run directory holding one (ConfigError if there is none)."""
     if resume is None or resume == "":
         return None
     if resume == AUTO:
         path = Path(run_dir) / FILENAME
+        if not path.is_file():
+            finished_without_checkpoint(Path(run_dir))
         return path if path.is_file() else None
     path = Path(resume)
     if path.is_dir():
@@ -124,11 +135,32 @@ def _check_shape(state: Any) -> str | None:
     return None
 
 
+def damaged_entry(path: Path) -> str | None:
+    """What is damaged in the zip file `path` (torch's checkpoint format): its first entry whose bytes do not
+    match the CRC32 its zip record carries, or a zip record that cannot be read; None when every entry matches
+    (or `path` is not a zip file: torch's legacy format, or a truncated file, which `torch.load` judges)."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError):
+        return None
+    with archive:
+        try:
+            bad = archive.testzip()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as err:
+            return f"{type(err).__name__}: {err}"
+    return None if bad is None else f"its entry {bad} does not match the CRC32 written with it"
+
+
 def load_checkpoint(path: Path, local_ranks: list[int]) -> tuple[dict, dict[int, dict]]:
-    """Shared state and the states of `local_ranks` (those the file has); ConfigError if unreadable, if
-    its pickle names anything but tensors, numbers, strings and containers (`weights_only=True`: nothing
-    in the file runs), or if it lacks what a resume needs."""
+    """Shared state and the states of `local_ranks` (those the file has); ConfigError if damaged (an entry
+    whose CRC32 does not match its bytes), unreadable, if its pickle names anything but tensors, numbers,
+    strings and containers (`weights_only=True`: nothing in the file runs), or if it lacks what a resume
+    needs."""
     where = f"trainer.resume={str(path)!r}"
+    damaged = damaged_entry(path)
+    if damaged is not None:
+        raise ConfigError(f"{where}: damaged ({damaged}: a disk or copy error); resume from an undamaged "
+                          "copy, or start a new run")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # any unreadable file is the user's input problem

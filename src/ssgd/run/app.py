@@ -40,7 +40,8 @@ from ssgd.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFini
 from ssgd.run.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
 from ssgd.loop.stop import exit_status  # noqa: E402
 from ssgd.run.startup import Phases, check_before_imports, print_profile, take_profile_flag  # noqa: E402
-from ssgd.run.sweep import PointFailed, record_failure  # noqa: E402
+from ssgd.run.sweep import (PointFailed, hydra_write_failure, install_hydra_config_writer, record_failure,  # noqa: E402
+                            skipped_note)
 
 if TYPE_CHECKING:
     from ssgd.run.build import RunSpec
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 # (Its message starts with a newline, and `message` must match from the start.)
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_\w+' is validated against ConfigStore schema")
 log = logging.getLogger("ssgd.train")   # Hydra routes it: stdout / stderr and <run dir>/train.log
+logging.raiseExceptions = False         # a line a full disk refuses to train.log is dropped, not a traceback
+install_hydra_config_writer()           # .hydra/ written atomically; a full disk there fails the point, not the sweep
 PHASES: dict[str, Phases] = {}          # this process's start-up timeline, made by `cli` (one per process)
 
 
@@ -139,10 +142,12 @@ def main(cfg: DictConfig) -> float | PointFailed:
                  f"(continuing from {run_dir / 'checkpoint.pt'} if the first start wrote one)")
         cfg.trainer.resume = resume
     try:
+        hydra_write_failure(run_dir)           # a full disk kept Hydra from writing .hydra/: this run's one line
         return run(cfg, run_dir, phases)
     except (ConfigError, RunEnded) as err:
         status = err.status if isinstance(err, RunEnded) else EXIT_BAD_INPUT
-        log.error(f"error: {err}")
+        stopped = multirun and isinstance(err, Interrupted)
+        log.error(f"error: {err}" + (f" ({skipped_note(int(hydra_cfg.job.num))})" if stopped else ""))
         if multirun and not isinstance(err, Interrupted):   # the sweep goes on (an interrupt stops it)
             return record_failure(run_dir, status, str(err))
         if status == EXIT_BAD_INPUT:          # refused: the run folder goes back to what it was
@@ -174,6 +179,22 @@ def honour_wandb_mode(argv: list[str], env: str | None) -> list[str]:
     return argv if given else [*argv, f"wandb.mode={env}"]
 
 
+GRAMMAR_CHARS = set(",[]{}()'\"\\$= \t")
+"""Characters with a meaning in Hydra's override grammar: a value that holds one is left as the user wrote it."""
+
+
+def quote_non_ascii(argv: list[str]) -> list[str]:
+    """The command line with each `key=value` whose value holds non-ASCII characters (`hydra.run.dir=out/ünï`)
+    and nothing of Hydra's grammar quoted (`key="value"`): Hydra's lexer takes letters outside ASCII only in
+    quoted values, and its refusal named a grammar character the value did not hold."""
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        plain = eq and not arg.startswith("-") and not value.isascii() and not (set(value) & GRAMMAR_CHARS)
+        out.append(f'{key}="{value}"' if plain else arg)
+    return out
+
+
 def cli() -> None:
     """The console entry (`ssgd-train`, `python -m ssgd`, `python src/train.py`): Hydra's command line;
     composition errors and an early Ctrl-C become one line and their exit status."""
@@ -182,7 +203,7 @@ def cli() -> None:
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"     # let composition errors reach us instead of Hydra's report
     try:
-        sys.argv[1:] = honour_wandb_mode(sys.argv[1:], os.environ.get("WANDB_MODE"))
+        sys.argv[1:] = quote_non_ascii(honour_wandb_mode(sys.argv[1:], os.environ.get("WANDB_MODE")))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -190,8 +190,10 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     if remote is None and OmegaConf.select(cfg, "dist.master_port"):
         check_port_free(port)                 # rank 0 listens here: one line now, not a rank's traceback
     procs: list[subprocess.Popen] = []
-    try:       # SIGTERM, SIGHUP: stop the ranks too, not only this process
-        previous = {s: signal.signal(s, _terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:       # SIGTERM, SIGHUP, SIGINT: stop the ranks too, not only this process. SIGINT gets its handler even
+        # when this process inherited it ignored (a job started without job control), where Python never raises
+        # KeyboardInterrupt: the same signal gets the same answer from every launcher
+        previous = {s: signal.signal(s, _terminated) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     except ValueError:                                          # not the main thread: leave signals alone
         previous = {}
     try:
@@ -213,7 +215,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
 
 
 class Terminated(Exception):
-    """The launcher received SIGTERM or SIGHUP (`signum`)."""
+    """The launcher received SIGTERM, SIGHUP or SIGINT (`signum`)."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__(signum)

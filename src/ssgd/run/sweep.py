@@ -23,6 +23,9 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from ssgd.errors import DiskFull
+from ssgd.utils.atomic import write_text_atomic
+
 ERROR_FILE = "error.txt"
 
 
@@ -35,10 +38,50 @@ class PointFailed:
 
 
 def record_failure(job_dir: Path, status: int, message: str, details: str = "") -> PointFailed:
-    """Write the point's one line (and any details, e.g. a traceback) to job_dir/error.txt."""
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / ERROR_FILE).write_text(f"exit status {status}: {message}\n" + (f"\n{details}" if details else ""))
+    """Write the point's one line (and any details, e.g. a traceback) to job_dir/error.txt, atomically; a
+    disk too full to take it leaves no error.txt (the line is on stderr and in the sweep's table)."""
+    try:
+        job_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(job_dir / ERROR_FILE, f"exit status {status}: {message}\n" + (f"\n{details}" if details
+                                                                                          else ""), "the error")
+    except (OSError, DiskFull):
+        pass
     return PointFailed(status, message)
+
+
+def skipped_note(job_num: int) -> str:
+    """What an interrupt in point `job_num` of a sweep left undone, for the end of its one line."""
+    return f"the sweep stopped in its point {job_num}; the points after it were not run"
+
+
+HYDRA_WRITE_FAILED: dict[str, DiskFull] = {}
+"""Run directory -> the DiskFull that kept Hydra from writing its `.hydra/` files there (`save_hydra_config`)."""
+
+
+def save_hydra_config(cfg: Any, filename: str, output_dir: Path) -> None:
+    """Hydra's `_save_config` (`.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml`), atomic and space-checked.
+    A full disk raises nothing here, where it would end the whole sweep from inside Hydra's launcher: the
+    DiskFull is kept for the job (`hydra_write_failure`), which then fails with its one line as any point does."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        write_text_atomic(output_dir / filename, OmegaConf.to_yaml(cfg), "Hydra's record of the run")
+    except DiskFull as err:
+        HYDRA_WRITE_FAILED.setdefault(str(output_dir.parent.resolve()), err)
+
+
+def hydra_write_failure(run_dir: Path) -> None:
+    """Raise the DiskFull that kept Hydra from writing run_dir/.hydra/ (`save_hydra_config`), if one did."""
+    failed = HYDRA_WRITE_FAILED.pop(str(Path(run_dir).resolve()), None)
+    if failed is not None:
+        raise failed
+
+
+def install_hydra_config_writer() -> None:
+    """Make Hydra write its `.hydra/` files through `save_hydra_config` (Hydra 1.3's `run_job` calls
+    `hydra.core.utils._save_config` by name)."""
+    import hydra.core.utils
+
+    hydra.core.utils._save_config = save_hydra_config
 
 
 def _written_since(path: Path, since: float) -> bool:
@@ -110,8 +153,11 @@ class SweepReport(Callback):
             self.failed = failures_in(sweep_dir, self.started)
         if not self.failed:
             return
+        written = {path.parent.name.split("-", 1)[0] for path in sweep_dir.glob(f"*/{ERROR_FILE}")}
+        missing = sum(str(num) not in written for num, _, _ in self.failed)
+        unwritten = f"; {missing} could not be written, a full disk: their lines are below" if missing else ""
         lines = [f"sweep: {len(self.failed)} of {self.points} points failed (each folder under "
-                 f"{config.hydra.sweep.dir} holds its {ERROR_FILE}):",
+                 f"{config.hydra.sweep.dir} holds its {ERROR_FILE}{unwritten}):",
                  "  job  status  overrides  error"]
         lines += [f"  {num:<4} {p.status:<7} {overrides}  {p.message}" for num, overrides, p in self.failed]
         print("\n".join(lines), file=sys.stderr)

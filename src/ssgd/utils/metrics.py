@@ -11,8 +11,10 @@ logged twice. A resumed run continues its wandb run (`wandb_id`, saved in the ch
 from __future__ import annotations
 
 import json
+import logging
 import netrc
 import os
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -20,9 +22,11 @@ from urllib.parse import urlparse
 from ssgd.errors import ConfigError
 
 from ssgd.utils import wandb_run
+from ssgd.utils.atomic import disk_full, no_space_reason, write_text_atomic
 
 WANDB_MODES = ("disabled", "offline", "online")
 METRICS = "metrics.jsonl"
+log = logging.getLogger("ssgd.train")
 ONLINE_INIT_TIMEOUT_S = 20.0      # wandb's own default (90 s) is how long a run without network waits silently
 
 
@@ -39,34 +43,53 @@ def wandb_credentials() -> bool:
         return False
 
 
+def _complete(lines: list[str]) -> list[str]:
+    """`lines` without a last line that is partial: cut before its newline, or not a JSON object."""
+    if not lines:
+        return lines
+    last = lines[-1]
+    try:
+        whole = last.endswith("\n") and isinstance(json.loads(last), dict)
+    except ValueError:
+        whole = False
+    return lines if whole else lines[:-1]
+
+
 def keep_metrics(path: Path, keep: int | None) -> int:
     """Prepare `path` (metrics.jsonl) for a run; returns how many records it then holds.
 
-    keep None (a new run): the file must be absent or empty, else ConfigError. keep = n (a resumed run):
-    records after the first n, written after the checkpoint by the run that stopped, are dropped (the
-    resumed run writes them again), atomically."""
+    keep None (a new run): the file must be absent or empty, else ConfigError. keep = n (a resumed run whose
+    checkpoint had seen n records): a partial last record (cut mid-line: a full disk, a killed copy) is
+    dropped, and so are the records after the first n, written after the checkpoint by the run that stopped
+    (the resumed run writes them again), atomically. A dropped partial record, or records missing below n,
+    cost one warning line naming the file and what was dropped or is missing."""
     if not path.is_file():
         return 0
-    lines = path.read_text().splitlines(keepends=True)
+    lines = path.read_text(errors="replace").splitlines(keepends=True)
     if keep is None:
         if lines:
             raise ConfigError(f"{path}: already holds the records of another run; one run directory holds one "
                               "run (a new one gets its own; continue this one with trainer.resume=auto)")
         return 0
-    if len(lines) > keep:
-        write_text_atomic(path, "".join(lines[:keep]))
-    return min(len(lines), keep)
+    whole = _complete(lines[:keep])
+    said = []
+    if len(whole) < min(len(lines), keep):
+        said.append(f"dropped its last record, cut mid-line ({lines[len(whole)][:60].strip()!r}...)")
+    if len(lines) > len(whole):
+        write_text_atomic(path, "".join(whole), "the run's metrics")
+    if len(whole) < keep < sys.maxsize:          # (sys.maxsize: a checkpoint without a record count)
+        said.append(f"it holds {len(whole)} of the {keep} records the checkpoint had seen: records "
+                    f"{len(whole) + 1}-{keep} are missing (lost before this resume; the run goes on from the "
+                    "checkpoint and does not write them again)")
+    if said:
+        log.warning(f"{path}: " + "; ".join(said))
+    return len(whole)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file, then rename: a crash never leaves a half-written file."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def write_json_atomic(path: Path, obj: Any, what: str = "the file") -> None:
+    """Write JSON to a temporary file, then rename: a crash never leaves a half-written file, a full disk
+    raises DiskFull with the temporary file removed (ssgd.utils.atomic)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", what)
 
 
 class MetricWriter:
@@ -87,7 +110,7 @@ class MetricWriter:
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.records = keep_metrics(self.run_dir / METRICS, keep_records)
-            self.file = open(self.run_dir / METRICS, "a", buffering=1)
+            self.file = open(self.run_dir / METRICS, "ab", buffering=0)   # each record one write: see _append
         except OSError as err:
             raise ConfigError(f"{self.run_dir}: cannot write the run's outputs there ({err.strerror}); "
                               "choose another directory with hydra.run.dir=...") from None
@@ -122,15 +145,31 @@ class MetricWriter:
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self.file.write(json.dumps(record) + "\n")
+        self._append((json.dumps(record) + "\n").encode())
         self.records += 1
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=int(record["step"]))
 
+    def _append(self, data: bytes) -> None:
+        """Append one whole record to metrics.jsonl, or nothing: a write the disk cannot take (ENOSPC, a quota)
+        is cut back to the file's length before it and raises DiskFull (exit status 2)."""
+        start = self.file.seek(0, os.SEEK_END)
+        try:
+            done = 0
+            while done < len(data):
+                done += self.file.write(data[done:]) or 0
+        except OSError as err:
+            os.ftruncate(self.file.fileno(), start)
+            reason = no_space_reason(err)
+            if reason is None:
+                raise
+            raise disk_full(self.run_dir / METRICS, f"record {self.records + 1} of the run's metrics", len(data),
+                            reason, f"its {self.records} records before it are kept") from err
+
     def summary(self, summary: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        write_json_atomic(self.run_dir / "summary.json", summary)
+        write_json_atomic(self.run_dir / "summary.json", summary, "the run's summary")
         if self.wandb_run is not None:
             self.wandb_run.summary.update(wandb_run.final_summary(summary))
 

@@ -14,16 +14,21 @@ run/sweep.py); both name what they wrote in their last log line. Reads only the 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from pathlib import Path
 
+import logging
+
 import matplotlib
 
 matplotlib.use("Agg")
+logging.getLogger("matplotlib").setLevel(logging.WARNING)   # no "generated new fontManager" on a first run's stdout
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ssgd.errors import EXIT_BAD_INPUT  # noqa: E402
+from ssgd.errors import EXIT_BAD_INPUT, ConfigError  # noqa: E402
+from ssgd.utils.atomic import replacing, write_text_atomic  # noqa: E402
 
 RUN_FIGURE = "report.png"
 SWEEP_CSV, SWEEP_MD, SWEEP_FIGURE = "sweep_summary.csv", "sweep_summary.md", "sweep_overlay.png"
@@ -31,12 +36,52 @@ SUMMARY_KEYS = ("compressor", "world_size", "steps", "val/acc", "val/loss", "den
                 "comm/bytes_sent", "time/step_s", "time/iter_model_s", "wall_s")
 
 
+def read_json(path: Path) -> dict:
+    """The JSON object in `path`; ConfigError naming the file when it is unreadable or holds something else."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{path}: not a summary written by a run ({type(err).__name__}: {err})") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: not a summary written by a run (a JSON {type(obj).__name__}, not an object)")
+    return obj
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
-    """The rows of run_dir/metrics.jsonl ([] if there is none)."""
+    """The rows of run_dir/metrics.jsonl ([] if there is none); ConfigError naming the file and line of the
+    first row that is not a JSON object (a last line cut mid-record is skipped: a run stopped while writing)."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()                        # cut mid-record: the run is writing it, or stopped while it did
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: line {number} is not a JSON record of a run ({line[:40]!r})")
+        rows.append(row)
+    return rows
+
+
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Save `fig` as PNG at `path` atomically and space-checked (ssgd.utils.atomic.replacing), then close it."""
+    try:
+        with replacing(path, "the figure", 0) as tmp:
+            fig.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(fig)
+    return path
 
 
 def series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -47,8 +92,8 @@ def series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
 
 def run_figure(run_dir: Path) -> Path:
     """Write run_dir/report.png (six panels, see the module docstring) and return its path."""
+    summary = read_json(run_dir / "summary.json")
     rows = read_metrics(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
     panels = [("loss", ["train/loss", "val/loss"]), ("accuracy", ["train/acc", "val/acc"]),
               ("density", ["density/target", "density/achieved"]), ("bytes sent per step", ["comm/bytes_sent"]),
               ("seconds per step", ["time/step_s", "time/iter_model_s", "time/comm_model_s"]),
@@ -68,10 +113,7 @@ def run_figure(run_dir: Path) -> Path:
     fig.suptitle(f"{summary.get('compressor')} S-SGD, P={summary.get('world_size')}, {summary.get('steps')} steps, "
                  f"{summary.get('model')} on {summary.get('dataset')}, cluster {summary.get('cluster')}")
     fig.tight_layout()
-    out = run_dir / RUN_FIGURE
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, run_dir / RUN_FIGURE)
 
 
 def swept(job_dir: Path) -> dict[str, str]:
@@ -105,18 +147,19 @@ def sweep_table(sweep_dir: Path) -> list[Path]:
     header = ["point", *varied, *shown]
     table = []
     for point, over in zip(points, overrides):
-        summary = json.loads((point / "summary.json").read_text())
+        summary = read_json(point / "summary.json")
         table.append([point.name.split("-", 1)[0], *(over.get(k, "") for k in varied),
                       *(summary.get(k, "") for k in shown)])
     csv_path, md_path = sweep_dir / SWEEP_CSV, sweep_dir / SWEEP_MD
-    with csv_path.open("w", newline="") as f:
-        csv.writer(f).writerows([header, *table])
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows([header, *table])
+    write_text_atomic(csv_path, text.getvalue(), "the sweep's table")
 
     def cell(v: object) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table]
-    md_path.write_text("\n".join(md) + "\n")
+    write_text_atomic(md_path, "\n".join(md) + "\n", "the sweep's table")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for point, over in zip(points, overrides):
         rows = read_metrics(point)
@@ -132,23 +175,25 @@ def sweep_table(sweep_dir: Path) -> list[Path]:
             ax.legend(fontsize=8)
     fig.suptitle(f"sweep {sweep_dir.name}: {len(points)} points")
     fig.tight_layout()
-    fig_path = sweep_dir / SWEEP_FIGURE
-    fig.savefig(fig_path, dpi=100)
-    plt.close(fig)
-    return [csv_path, md_path, fig_path]
+    return [csv_path, md_path, save_figure(fig, sweep_dir / SWEEP_FIGURE)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ssgd.report DIR`: the run's figure, or the sweep's table and overlay; exit 2 on a bad DIR."""
+    """`python -m ssgd.report DIR`: the run's figure, or the sweep's table and overlay; exit 2 with one line on
+    a bad DIR, a file in it that is not what a run writes (named), or a full disk."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m ssgd.report RUN_OR_SWEEP_DIR", file=sys.stderr)
         return EXIT_BAD_INPUT
     target = Path(args[0])
-    if (target / "summary.json").exists():
-        print(f"report: {run_figure(target)}")
-        return 0
-    written = sweep_table(target) if target.is_dir() else []
+    try:
+        if (target / "summary.json").exists():
+            print(f"report: {run_figure(target)}")
+            return 0
+        written = sweep_table(target) if target.is_dir() else []
+    except ConfigError as err:             # a damaged file (named), or a full disk
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if not written:
         print(f"error: {target}: neither a run directory (summary.json) nor a sweep directory (job folders with "
               "summary.json)", file=sys.stderr)
