@@ -50,3 +50,16 @@ def test_cli_refuses_a_folder_without_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ssgd.report", str(tmp_path)], capture_output=True, text=True,
                           timeout=120, env=env)
     assert proc.returncode == 2 and str(tmp_path) in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_separate_runs_are_labelled_by_folder_and_their_defaults_are_filled_from_the_composed_config(tmp_path):
+    """python -m ssgd.report outputs/<date>: runs named HH-MM-SS, one with compressor and cluster from the defaults."""
+    for name, overrides, compressor, cluster in (("01-02-03", ["compressor=topk", "cluster=32x1gbe"], "topk", "32x1gbe"),
+                                                 ("01-09-40", [], "gtopk", "local")):
+        fake_run(tmp_path / name, overrides, 0.6, compressor)
+        (tmp_path / name / ".hydra" / "config.yaml").write_text(
+            f"compressor:\n  name: {compressor}\n  density: 0.001\ncluster:\n  name: {cluster}\n  world_size: 4\nseed: 0\n")
+    result_files.sweep_table(tmp_path)
+    rows = list(csv.DictReader((tmp_path / result_files.SWEEP_CSV).open()))
+    assert [(r["point"], r["compressor"], r["cluster"]) for r in rows] == \
+        [("01-02-03", "topk", "32x1gbe"), ("01-09-40", "gtopk", "local")]

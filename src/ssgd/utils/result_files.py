@@ -6,8 +6,10 @@ A run directory (it holds summary.json) gets `report.png`: training / validation
 against configured density (the Top-k / gTop-k / Gaussian-k selection of Shi et al., ICDCS 2019, sec. III
 and arXiv:1911.08772), bytes each worker sent per step, and the measured time per step beside the modelled
 alpha-beta time per iteration (Shi et al., ICDCS 2019, sec. IV). A sweep directory (its job folders hold
-summary.json) gets `sweep_summary.csv` and `sweep_summary.md` (one row per point: its job number, the keys
-whose value differs between points, from each point's `.hydra/overrides.yaml`, then its summary) and `sweep_overlay.png` (every point's validation
+summary.json; or a folder of separate runs, such as outputs/<date>) gets `sweep_summary.csv` and `sweep_summary.md`
+(one row per point: its job number or a separate run's folder name, the overridden keys whose values differ
+between points, each read from the point's composed `.hydra/config.yaml`, then its summary) and
+`sweep_overlay.png` (every point's validation
 accuracy and training loss). Every run ends with this figure and every sweep with its table (app.py,
 run/sweep.py); both name what they wrote in their last log line. Reads only the files a run writes.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -136,20 +139,58 @@ def sweep_points(sweep_dir: Path) -> list[Path]:
     return sorted((p.parent for p in sweep_dir.glob("*/summary.json")), key=order)
 
 
+def composed(job_dir: Path) -> dict | None:
+    """A run's composed config (job_dir/.hydra/config.yaml) as plain data; None when it has none or it is not
+    readable YAML (the overrides alone label it then)."""
+    import yaml
+
+    path = job_dir / ".hydra" / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def config_value(config: dict | None, over: dict[str, str], key: str) -> str:
+    """`key`'s value in a run: from its composed config when it has one (a config group gives its `name`, so a
+    default shows as well as an override), else from its overrides ("" when absent)."""
+    if config is None:
+        return over.get(key, "")
+    node: object = config
+    for part in key.lstrip("+~").split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node = node.get("name", "")
+    return "" if node is None else str(node)
+
+
+def point_label(job_dir: Path) -> str:
+    """A sweep job's number ("3" of "3-compressor=topk"), or a separate run's folder name (Hydra's HH-MM-SS)."""
+    name = job_dir.name
+    if re.fullmatch(r"\d{2}-\d{2}-\d{2}.*", name) or not name.split("-", 1)[0].isdigit():
+        return name
+    return name.split("-", 1)[0]
+
+
 def sweep_table(sweep_dir: Path) -> list[Path]:
-    """Write the sweep's CSV, markdown table and overlay figure; return their paths ([] if no point finished)."""
+    """Write the sweep's CSV, markdown table and overlay figure; return their paths ([] if no point finished).
+    Rows: each point's label (`point_label`), the keys any point overrode whose values differ between points
+    (each value read from that point's composed config), then its summary."""
     points = sweep_points(sweep_dir)
     if not points:
         return []
     overrides = [swept(p) for p in points]
-    varied = [k for k in dict.fromkeys(k for o in overrides for k in o) if len({o.get(k) for o in overrides}) > 1]
+    configs = [composed(p) for p in points]
+    keys = dict.fromkeys(k for o in overrides for k in o)
+    values = [{k: config_value(c, o, k) for k in keys} for c, o in zip(configs, overrides)]
+    varied = [k for k in keys if len({v[k] for v in values}) > 1]
     shown = [k for k in SUMMARY_KEYS if k not in varied]
     header = ["point", *varied, *shown]
     table = []
-    for point, over in zip(points, overrides):
+    for point, value in zip(points, values):
         summary = read_json(point / "summary.json")
-        table.append([point.name.split("-", 1)[0], *(over.get(k, "") for k in varied),
-                      *(summary.get(k, "") for k in shown)])
+        table.append([point_label(point), *(value[k] for k in varied), *(summary.get(k, "") for k in shown)])
     csv_path, md_path = sweep_dir / SWEEP_CSV, sweep_dir / SWEEP_MD
     text = io.StringIO(newline="")
     csv.writer(text).writerows([header, *table])
@@ -161,9 +202,9 @@ def sweep_table(sweep_dir: Path) -> list[Path]:
     md += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table]
     write_text_atomic(md_path, "\n".join(md) + "\n", "the sweep's table")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for point, over in zip(points, overrides):
+    for point, value in zip(points, values):
         rows = read_metrics(point)
-        label = " ".join(f"{k}={over[k]}" for k in varied if k in over) or point.name
+        label = " ".join(f"{k}={value[k]}" for k in varied) or point_label(point)
         for ax, key in zip(axes, ("val/acc", "train/loss")):
             x, y = series(rows, key)
             if x:
