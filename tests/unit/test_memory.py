@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from conftest import CONF, group_options, make_cfg
 from ssgd.run import build
 from ssgd.comm.collectives.gtopk import GTopKAllreduce
+from ssgd.comm.collectives.oktopk import OkTopkAllreduce
 from ssgd.comm.executors.thread import run_threads
 from ssgd.loop.sync import RankCompression
 
@@ -38,11 +39,14 @@ def applied(collective, payload, total) -> torch.Tensor:
     from `Reduced.sent` or `Reduced.support`). Dense allreduce and AllGather sum every rank's whole
     payload. gTop-k's released rule (Shi et al., ICDCS 2019, Algorithm 3; the released code's
     `add_residuals`): the rank's entries whose index is in the global set I_g, the support of the
-    aggregated result `total`, and none other."""
+    aggregated result `total`, and none other; Ok-Topk's likewise."""
     x = payload.to_dense().double()
-    if not isinstance(collective, GTopKAllreduce):
+    if not isinstance(collective, (GTopKAllreduce, OkTopkAllreduce)):
         return x
-    assert collective.residual == "released", "this oracle is the released rule (strict: test_gtopk_residual.py)"
+    # Ok-Topk (Li and Hoefler, PPoPP 2022, Algorithm 2): the residual keeps what did not reach the global result,
+    # so the rank's entries at the result's indices count, as in gTop-k's released rule
+    assert getattr(collective, "residual", "released") == "released", \
+        "this oracle is the released rule (strict: test_gtopk_residual.py)"
     in_global = torch.zeros(x.numel(), dtype=torch.bool)
     in_global[total.idx] = True
     return torch.where(in_global, x, torch.zeros_like(x))

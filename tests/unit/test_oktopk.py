@@ -80,12 +80,15 @@ def test_the_error_feedback_invariant_holds_per_rank():
         assert set(sent.idx.tolist()) <= set(res.total.idx.tolist())
 
 
+@pytest.mark.parametrize("values, entry_bytes", [("fp32", 8), ("bf16", 6)])
 @pytest.mark.parametrize("P", [1, 2, 4, 7, 12])
-def test_counted_bytes_equal_the_closed_form_from_the_sizes(P):
+def test_counted_bytes_equal_the_closed_form_from_the_sizes(P, values, entry_bytes):
     d, k = 600, 20
     entries = selections(P, d, k, seed=11, where="clustered")
-    coll = OkTopkAllreduce()
-    results, logs = run(coll, entries, d)
+    coll = OkTopkAllreduce(values=values)
+    results, logs = run_threads(coll, [coll.encode(to_sparse(e, d)) for e in entries])
+    assert all(torch.equal(r.total.idx, results[0].total.idx) and torch.equal(r.total.val, results[0].total.val)
+               for r in results)
     bounds = coll.state_dict(0)["bounds"]
     region = lambda i: int(torch.searchsorted(bounds, torch.tensor(i), right=True)) - 1
     union = {i for e in entries for i in e}
@@ -94,7 +97,7 @@ def test_counted_bytes_equal_the_closed_form_from_the_sizes(P):
     for r, log in enumerate(logs):
         to_others = sum(1 for i in entries[r] if region(i) != r)
         assert (log.stats.messages, log.stats.bytes) == \
-            cost.oktopk_sent(r, P, to_others, gathered, exact=True, regions=True)
+            cost.oktopk_sent(r, P, to_others, gathered, exact=True, regions=True, entry_bytes=entry_bytes)
     assert P < 4 or cost.balance_moves(gathered)        # the case moved pieces (the check saw the balancing)
 
 

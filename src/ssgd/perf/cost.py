@@ -189,7 +189,7 @@ def balance_moves(counts: Sequence[int]) -> list[tuple[int, int, int, int]]:
 
 
 def oktopk_sent(rank: int, P: int, to_others: int, selected: Sequence[int], exact: bool,
-                regions: bool) -> tuple[int, int]:
+                regions: bool, entry_bytes: int = SPARSE_ENTRY_BYTES) -> tuple[int, int]:
     """What rank `rank` sends in one Ok-Topk call: `to_others` of its selected entries lie in other ranks'
     regions (8 bytes each, after a 4-byte count to each of the P - 1 others); `selected[j]` entries of rank j's
     region are kept for the result (on an exact call: its top-min(k, n_j) candidates). Then: the selected counts
@@ -202,9 +202,9 @@ def oktopk_sent(rank: int, P: int, to_others: int, selected: Sequence[int], exac
     balanced = [(j + 1) * K // P - j * K // P for j in range(P)]
     moved = [(b - a) for src, _, a, b in balance_moves(selected) if src == rank]
     messages = 2 * (P - 1) + len(moved)
-    nbytes = 4 * (P - 1) + SPARSE_ENTRY_BYTES * (to_others + sum(moved))
+    nbytes = 4 * (P - 1) + entry_bytes * (to_others + sum(moved))
     for on, blocks in ((regions, [8 * (P - 1)] * P), (exact, [8] * P), (True, [8] * P),
-                       (True, [SPARSE_ENTRY_BYTES * n for n in balanced])):
+                       (True, [entry_bytes * n for n in balanced])):
         if on:
             m, b = allgatherv_sent(rank, blocks)
             messages, nbytes = messages + m, nbytes + b

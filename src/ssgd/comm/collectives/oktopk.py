@@ -40,7 +40,7 @@ from torch import Tensor
 
 from ssgd.comm.base import Collective, Program, Reduced
 from ssgd.comm.ops import Allgatherv, Recv, Send
-from ssgd.comm.wire import MAX_NUMEL, pack_sparse, unpack_sparse
+from ssgd.comm.wire import FP32, MAX_NUMEL, WireFormat
 from ssgd.errors import BadArgument
 from ssgd.payload import Payload, Sparse, sum_sparse
 from ssgd.perf import cost
@@ -60,22 +60,24 @@ class _RankState:
 
 class OkTopkAllreduce(Collective):
     """Ok-Topk's sparse allreduce (module docstring). tau: calls between exact selections (>= 1); tau_prime:
-    calls between recomputations of the region boundaries (>= 1). State per rank (`state_dict(rank)`), so one
+    calls between recomputations of the region boundaries (>= 1); values: the wire format of the values (fp32,
+    fp16, bf16: 6-byte entries, every partial sum rounded to it before it travels, as gTop-k's 16-bit mode). State per rank (`state_dict(rank)`), so one
     instance serves one run, all its ranks in this process."""
 
     name = "oktopk_allreduce"
     max_numel = MAX_NUMEL
 
-    def __init__(self, tau: int = 1, tau_prime: int = 1) -> None:
+    def __init__(self, tau: int = 1, tau_prime: int = 1, values: str = "fp32") -> None:
         for key, value in (("tau", tau), ("tau_prime", tau_prime)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BadArgument(key, value, "must be an integer >= 1 (calls)")
         self.tau, self.tau_prime = tau, tau_prime
+        self.wire = WireFormat(values)
         self._ranks: dict[int, _RankState] = {}
 
     def fresh(self) -> OkTopkAllreduce:
         """A new instance of the same periods: each stream of calls (a DDP bucket) keeps its own thresholds."""
-        return OkTopkAllreduce(self.tau, self.tau_prime)
+        return OkTopkAllreduce(self.tau, self.tau_prime, self.wire.values)
 
     def state_dict(self, rank: int) -> dict:
         """Rank `rank`'s state, as a checkpoint keeps it."""
@@ -92,11 +94,11 @@ class OkTopkAllreduce(Collective):
         if st.calls % self.tau_prime == 0 or st.bounds is None or st.bounds.numel() != P + 1 \
                 or int(st.bounds[-1]) != payload.numel:
             st.bounds = yield from _regions(rank, P, payload)
-        region = yield from split_reduce(rank, P, payload, st.bounds)
+        region = yield from split_reduce(rank, P, payload, st.bounds, self.wire)
         if st.calls % self.tau == 0:
-            total, st.threshold = yield from _exact(rank, P, payload, region)
+            total, st.threshold = yield from _exact(rank, P, payload, region, self.wire)
         else:
-            total = yield from _above(rank, P, region, st.threshold, payload.numel)
+            total = yield from _above(rank, P, region, st.threshold, self.wire)
         st.calls += 1
         return Reduced(total, P, support=total.idx)
 
@@ -131,19 +133,20 @@ def cycle_position(rank: int, P: int, s: int) -> int:
     return ((rank - first) // g * pow(s // g, -1, length)) % length if length > 1 else 0
 
 
-def split_reduce(rank: int, P: int, payload: Sparse, bounds: Tensor) -> Program:
-    """Phase 1: this rank's region, summed over all ranks in rank order (a Sparse, indices increasing)."""
+def split_reduce(rank: int, P: int, payload: Sparse, bounds: Tensor, wire: WireFormat = FP32) -> Program:
+    """Phase 1: this rank's region, summed over all ranks in rank order in float32 (a Sparse, indices increasing);
+    the entries travel in `wire`'s format (the payload's values already rounded to it by `encode`)."""
     regions = _by_region(payload, bounds)
     parts: list[Sparse | None] = [None] * P
     parts[rank] = regions[rank]
     for s in range(1, P):
         dest, src = (rank + s) % P, (rank - s) % P
-        mine = pack_sparse(regions[dest])
+        mine = wire.pack(regions[dest])
         if cycle_position(rank, P, s) % 2 == 0:
             yield from _send(dest, mine, s)
-            parts[src] = yield from _recv(src, s, payload.numel)
+            parts[src] = yield from _recv(src, s, payload.numel, wire)
         else:
-            parts[src] = yield from _recv(src, s, payload.numel)
+            parts[src] = yield from _recv(src, s, payload.numel, wire)
             yield from _send(dest, mine, s)
     return sum_sparse([p for p in parts if p is not None])
 
@@ -153,26 +156,32 @@ def _send(dest: int, packed: Tensor, s: int) -> Program:
     yield Send(dest, packed, tag=2 * s + 1)
 
 
-def _recv(src: int, s: int, numel: int) -> Program:
+def _recv(src: int, s: int, numel: int, wire: WireFormat) -> Program:
     count = torch.zeros(1, dtype=torch.int32)
     yield Recv(src, count, tag=2 * s)
-    buf = torch.empty(int(count[0]), dtype=torch.int32)
+    buf = torch.empty(int(count[0]), dtype=wire.message(0).dtype)
     yield Recv(src, buf, tag=2 * s + 1)
-    return unpack_sparse(buf, numel)
+    return wire.unpack(buf, numel)
 
 
-def _gather(rank: int, P: int, mine: Sparse) -> Program:
+def _on_wire(s: Sparse, wire: WireFormat) -> Sparse:
+    """`s` with its values rounded to `wire` (as every receiver will hold them), in float32."""
+    return Sparse(s.idx, wire.round(s.val).float(), s.numel) if wire.lossy else s
+
+
+def _gather(rank: int, P: int, mine: Sparse, wire: WireFormat) -> Program:
     """Every rank's entries, concatenated in rank order (regions ascend, so indices increase), after balancing:
     the ranks' selected counts are gathered, and the entries move so that rank j holds positions
     [j K / P, (j + 1) K / P) of the K in global order (`_balance`); then one Allgatherv."""
+    mine = _on_wire(mine, wire)
     counts = yield Allgatherv(torch.tensor([len(mine)], dtype=torch.int64))
-    balanced = yield from _balance(rank, P, mine, [int(c) for c in counts])
-    blocks = yield Allgatherv(pack_sparse(balanced))
-    parts = [unpack_sparse(b, mine.numel) for b in blocks]
+    balanced = yield from _balance(rank, P, mine, [int(c) for c in counts], wire)
+    blocks = yield Allgatherv(wire.pack(wire.encode(balanced)))
+    parts = [wire.unpack(b, mine.numel) for b in blocks]
     return Sparse(torch.cat([p.idx for p in parts]), torch.cat([p.val for p in parts]), mine.numel)
 
 
-def _balance(rank: int, P: int, mine: Sparse, counts: list[int]) -> Program:
+def _balance(rank: int, P: int, mine: Sparse, counts: list[int], wire: WireFormat) -> Program:
     """This rank's balanced block. Pieces only move between ranks whose ranges overlap, never both ways between
     two ranks; moves to higher ranks run first (each rank receives from lower ones, then sends up), then moves
     to lower ranks (receive from higher ones, then send down), so blocking sends cannot deadlock."""
@@ -181,12 +190,12 @@ def _balance(rank: int, P: int, mine: Sparse, counts: list[int]) -> Program:
     stay = torch.ones(len(mine), dtype=torch.bool)
     for up in (True, False):
         for src, dst, a, b in sorted((m for m in moves if (m[1] > m[0]) == up and m[1] == rank), reverse=not up):
-            buf = torch.empty(2 * (b - a), dtype=torch.int32)
+            buf = wire.message(b - a)
             yield Recv(src, buf, tag=BALANCE_TAG)
-            got[src] = unpack_sparse(buf, mine.numel)
+            got[src] = wire.unpack(buf, mine.numel)
         for src, dst, a, b in sorted((m for m in moves if (m[1] > m[0]) == up and m[0] == rank),
                                      key=lambda m: m[1], reverse=not up):
-            yield Send(dst, pack_sparse(Sparse(mine.idx[a:b], mine.val[a:b], mine.numel)), tag=BALANCE_TAG)
+            yield Send(dst, wire.pack(wire.encode(Sparse(mine.idx[a:b], mine.val[a:b], mine.numel))), tag=BALANCE_TAG)
             stay[a:b] = False
     kept = Sparse(mine.idx[stay], mine.val[stay], mine.numel)
     pieces = [got[i] for i in sorted(got) if i < rank] + [kept] + [got[i] for i in sorted(got) if i > rank]
@@ -199,7 +208,7 @@ def _top(s: Sparse, k: int) -> Tensor:
     return order[:k]
 
 
-def _exact(rank: int, P: int, payload: Sparse, region: Sparse) -> Program:
+def _exact(rank: int, P: int, payload: Sparse, region: Sparse, wire: WireFormat) -> Program:
     """An exact call: the global top-k from every region's top-min(k, n_j) candidates, and its k-th magnitude."""
     counts = yield Allgatherv(torch.tensor([len(payload)], dtype=torch.int64))
     k = int(torch.stack(list(counts)).max())
@@ -207,7 +216,7 @@ def _exact(rank: int, P: int, payload: Sparse, region: Sparse) -> Program:
     if len(region) > k:
         keep = _top(region, k).sort().values
         candidates = Sparse(region.idx[keep], region.val[keep], region.numel)
-    gathered = yield from _gather(rank, P, candidates)
+    gathered = yield from _gather(rank, P, candidates, wire)
     if len(gathered) <= k:
         return gathered, 0.0
     keep = _top(gathered, k)
@@ -216,8 +225,8 @@ def _exact(rank: int, P: int, payload: Sparse, region: Sparse) -> Program:
     return Sparse(gathered.idx[keep], gathered.val[keep], gathered.numel), threshold
 
 
-def _above(rank: int, P: int, region: Sparse, threshold: float, numel: int) -> Program:
+def _above(rank: int, P: int, region: Sparse, threshold: float, wire: WireFormat) -> Program:
     """A reuse call: every region's entries whose magnitude reaches the reused global threshold."""
     keep = region.val.abs() >= threshold
-    gathered = yield from _gather(rank, P, Sparse(region.idx[keep], region.val[keep], numel))
+    gathered = yield from _gather(rank, P, Sparse(region.idx[keep], region.val[keep], region.numel), wire)
     return gathered
