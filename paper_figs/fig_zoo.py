@@ -1,8 +1,9 @@
 """The sparse-allreduce race on SIMULATED clusters (SimGrid): who wins at each (P, d, bandwidth), and the volume.
 
-    python paper_figs/fig_zoo.py [--csv paper_figs/measured/zoo.csv] [--out paper_figs/out]
+    python paper_figs/fig_zoo.py [--csv paper_figs/measured/zoo.csv ...] [--out paper_figs/out]
 
-Reads the CSV `make bench-zoo` writes (bench/zoo.py; its committed copy paper_figs/measured/zoo.csv) and writes:
+Reads the CSVs bench/zoo.py writes (`make bench-zoo`'s committed copy paper_figs/measured/zoo.csv, and
+paper_figs/measured/zoo_large.csv, the larger-P run of docs/zoo.md, when present; their rows together) and writes:
   * fig_zoo_time.{png,pdf,csv}: one panel per (network, d): the slowest rank's simulated seconds of one call vs
     P, one line per scheme (solid: the `heavy` gradients, dashed: `normal`; dense has no distribution);
   * fig_zoo_bytes.{png,pdf,csv}: one panel per d: bytes sent by the busiest rank vs P (the first network's rows:
@@ -27,6 +28,7 @@ except ImportError:
     style = None
 
 CSV = ROOT / "paper_figs" / "measured" / "zoo.csv"
+LARGE = ROOT / "paper_figs" / "measured" / "zoo_large.csv"     # the larger-P run (docs/zoo.md), read when present
 NUMERIC = ("d", "k", "P", "t_max_s", "t_min_s", "bytes_max", "bytes_mean", "messages_max", "messages_mean",
            "entries_mean", "bound_bytes", "lower_bound_bytes", "wall_s")
 ORDER = ("dense", "topk", "topkdsa", "gtopk", "oktopk", "oktopk_reuse")
@@ -142,19 +144,21 @@ def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=CSV, help="the zoo CSV (make bench-zoo)")
+    ap.add_argument("--csv", type=Path, nargs="+", default=[CSV, *([LARGE] if LARGE.exists() else [])],
+                    help="zoo CSVs (make bench-zoo), their rows together")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    if not args.csv.exists():
-        print(f"error: --csv {args.csv}: no such file (run `make bench-zoo` first)", file=sys.stderr)
+    missing = [p for p in args.csv if not p.exists()]
+    if missing:
+        print(f"error: --csv {missing[0]}: no such file (run `make bench-zoo` first)", file=sys.stderr)
         return 2
     try:
-        rows = load(args.csv)
+        rows = [r for p in args.csv for r in load(p)]
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not rows:
-        print(f"error: --csv {args.csv}: no rows", file=sys.stderr)
+        print(f"error: --csv {' '.join(map(str, args.csv))}: no rows", file=sys.stderr)
         return 2
     paths = draw_time(rows, args.out) + draw_bytes(rows, args.out)
     write_csv(args.out / "zoo_winners.csv", ["network", "dist", "d", "P", "winner", "t_s", "runner_up", "runner_up_t_s"],

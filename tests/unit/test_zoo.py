@@ -168,6 +168,16 @@ def test_fig_zoo_draws_and_saves_a_tiny_csv(tmp_path):
     assert (tmp_path / "out" / "zoo_crossover.csv").read_text().count("\n") == 5
 
 
+def test_fig_zoo_reads_several_csvs_together(tmp_path):
+    """A larger-P run's CSV adds its rows: the winners cover both files' P."""
+    _tiny_csv(tmp_path / "a.csv")
+    rows = zoo.read_csv(tmp_path / "a.csv")
+    zoo.write_csv(tmp_path / "b.csv", [r | {"P": "16"} for r in rows if r["P"] == "8"])
+    assert fig.main(["--csv", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out", str(tmp_path / "out")]) == 0
+    winners = (tmp_path / "out" / "zoo_winners.csv").read_text()
+    assert "1GbE,heavy,1000,16,gtopk" in winners and "1GbE,heavy,1000,8,gtopk" in winners
+
+
 def test_fig_zoo_without_its_csv_is_a_one_line_error(tmp_path, capsys):
     assert fig.main(["--csv", str(tmp_path / "none.csv"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
