@@ -86,6 +86,15 @@ def crossovers(rows: list[dict], challenger: str = "oktopk_reuse", incumbent: st
     return out
 
 
+def p_axis(ax, Ps: list[float]) -> None:
+    """A log2 P axis ticked at the measured P."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(Ps, [str(int(P)) for P in Ps], fontsize=7)
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
 def draw_time(rows: list[dict], out: Path) -> list[Path]:
     """fig_zoo_time (module docstring)."""
     nets = sorted({r["network"] for r in rows}, key=lambda n: float(n.rstrip("GbE")))
@@ -104,8 +113,9 @@ def draw_time(rows: list[dict], out: Path) -> list[Path]:
                     ax.plot(*zip(*pts), ls, marker=".", color=COLORS.get(s), lw=1.2 if ls == "-" else 0.8,
                             label=LABELS.get(s, s) if dist in ("-", "heavy") else None)
                     table += [[net, dist, int(d), s, int(P), t] for P, t in pts]
-            ax.set(xscale="log", yscale="log", title=f"{net}, d = {d / 1e6:g}M (simulated)",
+            ax.set(yscale="log", title=f"{net}, d = {d / 1e6:g}M (simulated)",
                    xlabel="workers P", ylabel="one call, slowest rank (s)")
+            p_axis(ax, sorted({r["P"] for r in rows}))
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, title="solid: heavy u, dashed: normal u", title_fontsize=7)
     fig.tight_layout()
@@ -134,7 +144,8 @@ def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
         ax.plot(Ps, [b[2] for b in bounds], "k:", lw=1, label="lower bound 2k(P-1)/P words")
         table += [["bound", int(d), "paper_bound", int(P), b] for P, b, _ in bounds]
         table += [["bound", int(d), "lower_bound", int(P), lb] for P, _, lb in bounds]
-        ax.set(xscale="log", yscale="log", title=f"d = {d / 1e6:g}M, k = {int(min(r['k'] for r in sparse if r['d'] == d)):,} (simulated)",
+        p_axis(ax, Ps)
+        ax.set(yscale="log", title=f"d = {d / 1e6:g}M, k = {int(min(r['k'] for r in sparse if r['d'] == d)):,} (simulated)",
                xlabel="workers P", ylabel="bytes sent, busiest rank")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
