@@ -84,7 +84,7 @@ bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and tor
 bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,024, d = 25M: wall time and peak memory (~1 min; OUT=dir)
 	$(PY) bench/simgrid_cost.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (~4 min on 2 cores; docs/zoo.md)
+bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (~6.5 min on 2 cores at load 9; docs/zoo.md)
 	PYTHONPATH=src $(PY) bench/zoo.py $(ARGS)
 
 bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases (~2 min)
