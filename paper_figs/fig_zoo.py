@@ -133,7 +133,8 @@ def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
         ax = axes[0][j]
         for s in schemes_of(sparse):
             for dist, ls in (("heavy", "-"), ("normal", "--")):
-                pts = sorted((r["P"], r["bytes_max"]) for r in sparse if (r["d"], r["scheme"], r["dist"]) == (d, s, dist))
+                pts = sorted((r["P"], r["bytes_max"]) for r in sparse
+                             if (r["d"], r["scheme"], r["dist"]) == (d, s, dist))
                 if pts:
                     ax.plot(*zip(*pts), ls, marker=".", color=COLORS.get(s), lw=1.2 if ls == "-" else 0.8,
                             label=LABELS.get(s, s) if dist == "heavy" else None)
@@ -145,7 +146,8 @@ def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
         table += [["bound", int(d), "paper_bound", int(P), b] for P, b, _ in bounds]
         table += [["bound", int(d), "lower_bound", int(P), lb] for P, _, lb in bounds]
         p_axis(ax, Ps)
-        ax.set(yscale="log", title=f"d = {d / 1e6:g}M, k = {int(min(r['k'] for r in sparse if r['d'] == d)):,} (simulated)",
+        k = int(min(r["k"] for r in sparse if r["d"] == d))
+        ax.set(yscale="log", title=f"d = {d / 1e6:g}M, k = {k:,} (simulated)",
                xlabel="workers P", ylabel="bytes sent, busiest rank")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
@@ -172,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --csv {' '.join(map(str, args.csv))}: no rows", file=sys.stderr)
         return 2
     paths = draw_time(rows, args.out) + draw_bytes(rows, args.out)
-    write_csv(args.out / "zoo_winners.csv", ["network", "dist", "d", "P", "winner", "t_s", "runner_up", "runner_up_t_s"],
-              winners(rows))
+    write_csv(args.out / "zoo_winners.csv",
+              ["network", "dist", "d", "P", "winner", "t_s", "runner_up", "runner_up_t_s"], winners(rows))
     write_csv(args.out / "zoo_crossover.csv", ["network", "dist", "d", "challenger", "faster_at_P", "crossover_P"],
               crossovers(rows) + crossovers(rows, "oktopk"))
     print("\n".join(str(p) for p in paths), f"{args.out / 'zoo_winners.csv'}", f"{args.out / 'zoo_crossover.csv'}",

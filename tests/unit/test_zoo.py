@@ -87,10 +87,15 @@ def test_csv_round_trips_and_a_foreign_header_is_refused(tmp_path):
         zoo.read_csv(tmp_path / "bad.csv")
 
 
-def test_bad_scheme_is_a_one_line_error(capsys):
-    assert zoo.main(["--schemes", "nope"]) == 2
+@pytest.mark.parametrize("argv, start", [
+    (["--schemes", "nope"], "error: --schemes nope: allowed: dense, topk"),
+    (["--P", "1", "4"], "error: P=1: worker counts must be integers >= 2"),
+    (["--dists", "uniform"], "error: dist='uniform': allowed: normal, heavy"),
+])
+def test_bad_input_is_a_one_line_error_and_exit_2(argv, start, capsys):
+    assert zoo.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --schemes nope: allowed: dense, topk") and "\n" not in err
+    assert err.startswith(start) and "\n" not in err
 
 
 def test_selections_are_exact_local_topk_and_heavy_ones_overlap():
