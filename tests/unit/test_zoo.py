@@ -187,3 +187,22 @@ def test_fig_zoo_without_its_csv_is_a_one_line_error(tmp_path, capsys):
     assert fig.main(["--csv", str(tmp_path / "none.csv"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "none.csv: no such file" in err and "\n" not in err
+
+
+@needs_simgrid
+@pytest.mark.slow
+def test_cli_writes_one_row_per_case_and_network_and_its_copy(tmp_path):
+    """The whole bench at a toy size: selections once, one subprocess per network, the CSVs merged and copied."""
+    import os
+    import subprocess
+
+    out, copy = tmp_path / "zoo.csv", tmp_path / "copy" / "zoo.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "zoo.py"), "--P", "2", "3", "--d", "4000",
+                           "--out", str(out), "--copy", str(copy)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = zoo.read_csv(out)
+    cases = zoo.plan([2, 3], [4000], list(zoo.DISTS), list(zoo.registry()))
+    assert len(rows) == 2 * len(cases) and {r["network"] for r in rows} == set(zoo.NETWORKS)
+    assert copy.read_text() == out.read_text() and "[bench-zoo] done in" in proc.stderr
