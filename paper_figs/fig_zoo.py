@@ -2,8 +2,8 @@
 
     python paper_figs/fig_zoo.py [--csv paper_figs/measured/zoo.csv ...] [--out paper_figs/out]
 
-Reads the CSVs bench/zoo.py writes (`make bench-zoo`'s committed copy paper_figs/measured/zoo.csv, and
-paper_figs/measured/zoo_large.csv, the larger-P run of docs/zoo.md, when present; their rows together) and writes:
+Reads the CSVs bench/zoo.py writes (`make bench-zoo`'s committed copy paper_figs/measured/zoo.csv, and the further
+runs of docs/zoo.md beside it, paper_figs/measured/zoo_*.csv; their rows together) and writes:
   * fig_zoo_time.{png,pdf,csv}: one panel per (network, d): the slowest rank's simulated seconds of one call vs
     P, one line per scheme (solid: the `heavy` gradients, dashed: `normal`; dense has no distribution);
   * fig_zoo_bytes.{png,pdf,csv}: one panel per d: bytes sent by the busiest rank vs P (the first network's rows:
@@ -28,7 +28,7 @@ except ImportError:
     style = None
 
 CSV = ROOT / "paper_figs" / "measured" / "zoo.csv"
-LARGE = ROOT / "paper_figs" / "measured" / "zoo_large.csv"     # the larger-P run (docs/zoo.md), read when present
+EXTRA = "zoo_*.csv"        # further runs beside it (docs/zoo.md: larger P, d = 61M), read when present
 NUMERIC = ("d", "k", "P", "t_max_s", "t_min_s", "bytes_max", "bytes_mean", "messages_max", "messages_mean",
            "entries_mean", "bound_bytes", "lower_bound_bytes", "wall_s")
 ORDER = ("dense", "topk", "topkdsa", "gtopk", "oktopk", "oktopk_reuse")
@@ -157,7 +157,7 @@ def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, nargs="+", default=[CSV, *([LARGE] if LARGE.exists() else [])],
+    ap.add_argument("--csv", type=Path, nargs="+", default=[CSV, *sorted(CSV.parent.glob(EXTRA))],
                     help="zoo CSVs (make bench-zoo), their rows together")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
