@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup simgrid report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup bench-simgrid
+.PHONY: help setup simgrid report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup bench-simgrid bench-zoo
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -89,6 +89,9 @@ bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and tor
 
 bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,024, d = 25M: wall time and peak memory (~1 min; OUT=dir)
 	$(PY) bench/simgrid_cost.py --out-dir $(RESULTS_DIR) $(ARGS)
+
+bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (~6.5 min on 2 cores at load 9; docs/zoo.md)
+	PYTHONPATH=src $(PY) bench/zoo.py $(ARGS)
 
 bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases (~2 min)
 	$(PY) bench/startup.py $(ARGS)

@@ -48,7 +48,8 @@ from typing import Any
 BUCKET_BYTES = 25 * 2**20          # DDP's default bucket_cap_mb = 25
 DENSITY = 0.001                    # the paper's rho (conf/compressor/topk.yaml, gtopk.yaml)
 MODELS = ("vgg16", "resnet20", "alexnet", "resnet50", "lstm_ptb")
-SCHEMES = ("dense", "topk", "gtopk")
+SCHEMES = ("dense", "topk", "gtopk")   # the default plan's; `collective` also knows EXTRA_SCHEMES
+EXTRA_SCHEMES = ("oktopk",)            # --schemes oktopk (Ok-Topk, tau = 1: every call exact; docs/zoo.md)
 NETWORKS = {"1GbE": "32x1gbe", "10GbE": "32x10gbe"}   # label -> conf/cluster/<name>.yaml
 P_SMALL = (2, 4, 8, 16, 32)
 P_LARGE = (64, 128, 256, 512, 1024)  # dense and gTop-k, 1 GbE only
@@ -97,10 +98,11 @@ def collective(scheme: str) -> Any:
     from ssgd.comm.collectives.allgather import SparseAllgather
     from ssgd.comm.collectives.dense import DenseAllreduce
     from ssgd.comm.collectives.gtopk import GTopKAllreduce
+    from ssgd.comm.collectives.oktopk import OkTopkAllreduce
 
-    kinds = {"dense": DenseAllreduce, "topk": SparseAllgather, "gtopk": GTopKAllreduce}
+    kinds = {"dense": DenseAllreduce, "topk": SparseAllgather, "gtopk": GTopKAllreduce, "oktopk": OkTopkAllreduce}
     if scheme not in kinds:
-        raise ValueError(f"scheme={scheme!r}: allowed: {', '.join(SCHEMES)}")
+        raise ValueError(f"scheme={scheme!r}: allowed: {', '.join(kinds)}")
     return kinds[scheme]()
 
 
@@ -303,7 +305,8 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--all", action="store_true", help="every network, each in its own subprocess")
     ap.add_argument("--out", type=Path, required=True, help="CSV to write")
     ap.add_argument("--models", nargs="+", choices=MODELS, help="profiles (default: all five)")
-    ap.add_argument("--schemes", nargs="+", choices=SCHEMES, help="schemes (default: all three)")
+    ap.add_argument("--schemes", nargs="+", choices=SCHEMES + EXTRA_SCHEMES,
+                    help="schemes (default: dense, topk, gtopk; oktopk on request)")
     ap.add_argument("--P", type=int, nargs="+", help="worker counts (default: the plan of the module docstring)")
     return ap
 
