@@ -212,13 +212,15 @@ def oktopk_sent(rank: int, P: int, to_others: int, selected: Sequence[int], exac
 
 
 def oktopk_seconds(net: AlphaBeta, P: int, k: int) -> float:
-    """A reuse call with balanced regions: P - 1 rotated exchanges (a count and k/P entries each), then a ring
-    allgatherv of k/P entries per rank: 3(P - 1) alpha + 16 k (P - 1) / P beta (per byte; 8-byte entries).
-    Exact calls and region updates (every tau, tau' calls) add two small gathers and larger blocks."""
+    """A reuse call with balanced regions and nothing to move: P - 1 rotated exchanges (a count and k/P entries
+    each), a ring gather of the selected counts (8 bytes), then a ring allgatherv of k/P entries per rank:
+    4(P - 1) alpha + 16 k (P - 1) / P beta (per byte; 8-byte entries), the counts' bytes aside. Exact calls and
+    region updates (every tau, tau' calls) add a gather of the payload counts, of the quantiles, and larger
+    blocks."""
     if P == 1:
         return 0.0
     share = SPARSE_ENTRY_BYTES * k / P
-    return (P - 1) * (net.message(4) + net.message(share)) + (P - 1) * net.message(share)
+    return (P - 1) * (net.message(4) + net.message(share) + net.message(8) + net.message(share))
 
 
 def oktopk_paper_seconds(net: AlphaBeta, P: int, k: int) -> float:

@@ -24,9 +24,11 @@ With tau = 1 the result is Topk(sum_i Topk(u_i)): the global top-k of the sum of
 paper's statement. Error feedback: a rank's entries whose index is in the result count as sent (`support`); the
 rest stay in its residual.
 
-Not implemented: the paper's data balancing before the allgatherv. The Allgatherv is the lab's ring op, whose
-steps each cost the largest block, so imbalance between regions costs time; `gathered` in the result's
-counts shows it. Messages and bytes are counted by the ops; `ssgd.perf.cost.oktopk_sent` gives the same counts
+How ours differs from the paper: the Allgatherv is the lab's ring op, not recursive doubling; each exchange of
+phase 1 sends a 4-byte count first; an exact call gathers each region's top-min(k, n_j) candidates (about P k
+entries in all, where the paper's bound assumes k; docs/zoo.md measures it). The balancing before the final
+Allgatherv is the paper's: the selected counts are gathered and pieces move so that every rank holds K / P
+(`_balance`). Messages and bytes are counted by the ops; `ssgd.perf.cost.oktopk_sent` gives the same counts
 from the sizes.
 """
 from __future__ import annotations
