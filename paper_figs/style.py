@@ -17,6 +17,7 @@ the data, and every figure saved at a paper's two column widths.
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -211,8 +212,10 @@ def save(draw: Callable[[float], Figure], out: Path, stem: str, header: list[str
                     hook(fig, stem, variant)
                 if found := clashes(fig):
                     raise ValueError(f"{stem} ({variant}): two series look alike: {found[0]}")
-                names = [f"{stem}_{variant}"] + ([stem] if variant == DEFAULT_VARIANT else [])
-                paths += [p for name in names for p in write(fig, out, name)]
+                written = write(fig, out, f"{stem}_{variant}")
+                if variant == DEFAULT_VARIANT:
+                    written += [shutil.copyfile(p, out / p.name.replace(f"{stem}_{variant}", stem)) for p in written]
+                paths += written
             finally:
                 plt.close(fig)
     write_csv(out / f"{stem}.csv", header, rows)
