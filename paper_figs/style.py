@@ -8,9 +8,9 @@ the data, and every figure saved at a paper's two column widths.
   series is one line there. SOURCES: how a scaling figure draws where a number comes from (the model's
   line, the paper's open markers, ...); adding a source (e.g. a SimGrid network model) is one line there.
 - `save(draw, out, stem, header, rows)` calls `draw(width)` once per width of WIDTHS (inches) under the
-  width's font sizes, checks that no two series of one axes share colour and style (`clashes`, an
-  error otherwise), runs the BEFORE_SAVE hooks, and writes out/<stem>_<variant>.pdf (vector) and .png
-  (300 dpi) per variant, out/<stem>.pdf and .png (the double-column variant, the file the README shows)
+  width's font sizes, tidies the ticks matplotlib chose (`tidy_ticks`), checks that no two series of one
+  axes share colour and style (`clashes`, an error otherwise), runs the BEFORE_SAVE hooks, and writes
+  out/<stem>_<variant>.pdf (vector) and .png (300 dpi) per variant, out/<stem>.pdf and .png (the double-column variant, the file the README shows)
   and out/<stem>.csv (the plotted numbers). The figure keeps its exact size (no tight bounding box): a
   draw function lays out with `figure(...)` (constrained layout) and `legend_below`.
 """
@@ -26,6 +26,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as mticker  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
@@ -194,6 +195,26 @@ def clashes(fig: Figure) -> list[str]:
     return found
 
 
+def tidy_ticks(fig: Figure) -> None:
+    """Readable ticks on every axes left to matplotlib's defaults: at most 4 (single column) or 6 labelled
+    ticks on a linear axis; on a log axis spanning less than a decade, plain labels at 2 and 5 instead of
+    one crowded label per minor tick, none on the minor ticks otherwise."""
+    nbins = 4 if fig.get_figwidth() < 5 else 6
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if type(axis.get_major_locator()) is mticker.AutoLocator:
+                axis.set_major_locator(mticker.MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]))
+            if axis.get_scale() != "log" or type(axis.get_minor_formatter()) is not mticker.LogFormatterSciNotation:
+                continue
+            lo, hi = sorted(axis.get_view_interval())
+            if lo > 0 and hi / lo < 10:
+                axis.set_minor_locator(mticker.LogLocator(subs=(2.0, 5.0)))
+                axis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+                axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            else:
+                axis.set_minor_formatter(mticker.NullFormatter())
+
+
 # hooks(fig, stem, variant) run on every figure before it is written (the figure test records sizes here)
 BEFORE_SAVE: list[Callable[[Figure, str, str], None]] = []
 
@@ -207,6 +228,7 @@ def save(draw: Callable[[float], Figure], out: Path, stem: str, header: list[str
     for variant, width in WIDTHS.items():
         with plt.rc_context(rc(width)):
             fig = draw(width)
+            tidy_ticks(fig)
             try:
                 for hook in BEFORE_SAVE:
                     hook(fig, stem, variant)
