@@ -195,14 +195,39 @@ def clashes(fig: Figure) -> list[str]:
     return found
 
 
+def overlapping_ticks(fig: Figure) -> list[str]:
+    """One line per pair of neighbouring tick labels of one axis of `fig` that overlap once drawn (empty:
+    none), and per tick label smaller than 5 pt."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for i, ax in enumerate(fig.axes):
+        for name, labels, along in (("x", ax.get_xticklabels(), 0), ("y", ax.get_yticklabels(), 1)):
+            shown = [t for t in labels if t.get_visible() and t.get_text()]
+            found += [f"axes {i} {name}: {t.get_text()!r} at {t.get_fontsize():g} pt" for t in shown
+                      if t.get_fontsize() < 5]
+            boxes = sorted(((t.get_window_extent(renderer).extents, t.get_text()) for t in shown),
+                           key=lambda b: b[0][along])
+            found += [f"axes {i} ({ax.get_title() or 'untitled'}) {name}: {ta!r} and {tb!r} overlap"
+                      for (a, ta), (b, tb) in zip(boxes, boxes[1:]) if _cross(a, b)]
+    return found
+
+
+def _cross(a, b) -> bool:
+    """Whether two boxes (x0, y0, x1, y1) in pixels overlap by more than a pixel both ways."""
+    return min(a[2], b[2]) - max(a[0], b[0]) > 1 and min(a[3], b[3]) - max(a[1], b[1]) > 1
+
+
 def tidy_ticks(fig: Figure) -> None:
-    """Readable ticks on every axes left to matplotlib's defaults: at most 4 (single column) or 6 labelled
-    ticks on a linear axis; on a log axis spanning less than a decade, plain labels at 2 and 5 instead of
+    """Readable ticks on every axes left to matplotlib's defaults: on a linear axis about 2 labelled ticks per
+    inch of the axis, at most 4 (single column) or 6; on a log axis spanning less than a decade, plain labels at 2 and 5 instead of
     one crowded label per minor tick, none on the minor ticks otherwise."""
-    nbins = 4 if fig.get_figwidth() < 5 else 6
+    fig.draw_without_rendering()                       # lays the axes out: their sizes are known
     for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
+        box = ax.get_position()
+        for axis, inches in ((ax.xaxis, box.width * fig.get_figwidth()), (ax.yaxis, box.height * fig.get_figheight())):
             if type(axis.get_major_locator()) is mticker.AutoLocator:
+                nbins = max(2, min(4 if fig.get_figwidth() < 5 else 6, int(inches * 2)))
                 axis.set_major_locator(mticker.MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]))
             if axis.get_scale() != "log" or type(axis.get_minor_formatter()) is not mticker.LogFormatterSciNotation:
                 continue

@@ -65,6 +65,15 @@ def test_two_alike_series_are_refused(tmp_path):
     plt.close("all")
 
 
+def test_overlapping_tick_labels_are_found():
+    fig, axes = style.figure(3.3, 1, 1, 2.0)
+    axes[0][0].set_xticks(range(5), [f"label number {i}" for i in range(5)])
+    assert any("overlap" in line for line in style.overlapping_ticks(fig))
+    axes[0][0].set_xticks(range(5), [str(i) for i in range(5)])
+    assert style.overlapping_ticks(fig) == []
+    plt.close(fig)
+
+
 def test_save_writes_both_widths_and_the_default(tmp_path):
     def draw(width):
         fig, axes = style.figure(width, 1, 2, 1.5, 0.4)
@@ -102,13 +111,15 @@ def tiny_runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def drawn(tiny_runs, made_runs, tmp_path_factory):
-    """{(stem, variant): (width, height, clashes)} of every figure the scripts of the registry saved, and
-    the output folder."""
+    """{(stem, variant): (width, height, problems)} of every figure the scripts of the registry saved (problems:
+    series alike, overlapping or tiny tick labels, a legend inside an axes), and the output folder."""
     out = tmp_path_factory.mktemp("out")
     seen: dict[tuple[str, str], tuple[float, float, list[str]]] = {}
 
     def record(fig, stem, variant):
-        seen[(stem, variant)] = (*fig.get_size_inches(), style.clashes(fig))
+        legends_inside = [f"axes {i} has its own legend" for i, ax in enumerate(fig.axes) if ax.get_legend()]
+        seen[(stem, variant)] = (*fig.get_size_inches(), style.clashes(fig) + style.overlapping_ticks(fig)
+                                 + legends_inside)
 
     style.BEFORE_SAVE.append(record)
     try:
@@ -163,6 +174,8 @@ def test_every_registry_figure_is_drawn_here(drawn):
 
 @pytest.mark.slow
 def test_every_figure_fits_a_column_and_has_no_two_alike_series(drawn):
+    """Both widths within 1 %, PDF and PNG of each and the default files; no two series alike, tick labels
+    apart and at least 5 pt, legends outside the axes."""
     seen, out = drawn
     assert seen
     for (stem, variant), (width, height, found) in seen.items():
