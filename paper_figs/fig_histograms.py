@@ -90,7 +90,7 @@ def standardised(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def plotted_rows(chosen: dict[str, Run], snaps: dict[str, list]) -> tuple[list[list], list[list]]:
     """The figure's CSV rows (hist, normal, qq per model and step) and fig_histograms_stats.csv's rows."""
     rows, stats = [], []
-    for model, run in chosen.items():
+    for model, run in sorted(chosen.items()):
         for step, rho, u in snaps[model]:
             mean, std = an.normal_fit(u)
             _, _, outside = an.histogram(u)
