@@ -288,15 +288,8 @@ def plot(rows: list, width: float = style.WIDTHS["col2"]) -> plt.Figure:
                                                                      [r.max_ms for r in cells]),
                               **style.Look(base.color, "-" if device == "cpu" else "--", base.marker, False).kw(ms=3.5),
                               capsize=1.5, label=f"{STYLE[method][0]}, {device}")
-        for dist, ls in DIST_LINE.items():
-            cells = [r for r in rows if r.method == method and r.device == devices[0] and r.dist == dist]
-            if cells and method not in ("topk", "topk_blocks", "randomk"):   # these send exactly k by construction
-                t = cells[0].density_target
-                mean = [r.density_mean / t for r in cells]
-                bars = spread(mean, [r.density_min / t for r in cells], [r.density_max / t for r in cells])
-                right.errorbar([r.d for r in cells], mean, yerr=bars, **style.Look(base.color, ls, base.marker,
-                                                                                    False).kw(ms=3.5),
-                               capsize=1.5, label=f"{STYLE[method][0]}, u ~ {dist}")
+        if method not in ("topk", "topk_blocks", "randomk"):     # these send exactly k by construction
+            density_curves(right, [r for r in rows if r.method == method and r.device == devices[0]], method)
     r0 = rows[0]
     noisy = [r for r in rows if r.noisy is not False and r.dist == "normal"]
     lines = ["CPU (left), u ~ N(0, 1) (right)", "CUDA (left)", "u ~ Laplace (right)"]
@@ -316,6 +309,19 @@ def plot(rows: list, width: float = style.WIDTHS["col2"]) -> plt.Figure:
         ax.grid(True, which="major", alpha=0.3, lw=0.5)
     method_legend(fig, list(STYLE), lines, handles)
     return fig
+
+
+def density_curves(ax, rows: list, method: str) -> None:
+    """A selector's achieved density / target vs d, one curve per distribution of u (DIST_LINE)."""
+    base = style.look(method)
+    for dist, ls in DIST_LINE.items():
+        cells = [r for r in rows if r.dist == dist]
+        if cells:
+            t = cells[0].density_target
+            mean = [r.density_mean / t for r in cells]
+            bars = spread(mean, [r.density_min / t for r in cells], [r.density_max / t for r in cells])
+            ax.errorbar([r.d for r in cells], mean, yerr=bars, **style.Look(base.color, ls, base.marker, False).kw(ms=3.5),
+                        capsize=1.5, label=f"{STYLE[method][0]}, u ~ {dist}")
 
 
 def _extra(ap) -> None:
