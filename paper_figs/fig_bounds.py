@@ -96,10 +96,11 @@ def draw(width: float, topk: list[tuple[Run, list[dict]]], deltas: list[tuple]) 
         steps = [s["step"] for s in stats]
         for key, label, lk in BOUND_LINES:
             ax.plot(steps, [s[key] for s in stats], **lk.kw(lw=0.9), label=label)
-        ax.set_title(f"{run.model}, rho {run.density:g}")
+        ax.set_title(f"{run.model}, rho {run.density:g}" if wide else f"{run.model} {run.density:g}",
+                     fontsize=None if wide else "small")
         ax.set_xlabel("step")
         if i % ncols == 0:
-            ax.set_ylabel("||u - C(u)||^2 / ||u||^2")
+            ax.set_ylabel(r"$\|u - C(u)\|^2 / \|u\|^2$")
     densities = sorted({run.density for run, *_ in deltas if run.scheme != "gtopk"})
     for j, model in enumerate(models):
         ax = axes[nb + j // ncols][j % ncols]
@@ -108,7 +109,8 @@ def draw(width: float, topk: list[tuple[Run, list[dict]]], deltas: list[tuple]) 
                   else style.cycle(densities.index(run.density)) if run.density in densities else style.cycle(0))
             ax.plot(epochs, delta, **lk.kw(ms=3, lw=0.9), label=f"{run.scheme}, rho {run.density:g}")
         ax.axhline(1.0, color=style.GREY, ls=(0, (1, 1)), lw=0.8)
-        ax.set(title=f"{model}: delta (IJCAI)", xlabel="epoch", ylabel="delta" if j % ncols == 0 else None)
+        ax.set(title=f"{model}: delta", xlabel="epoch", ylabel="delta (IJCAI)" if j % ncols == 0 else None)
+        ax.title.set_fontsize(None if wide else "small")
     for ax in axes.flat[len(topk):nb * ncols]:
         fig.delaxes(ax)
     for ax in axes.flat[nb * ncols + len(models):]:
