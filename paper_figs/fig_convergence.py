@@ -185,7 +185,7 @@ def draw(fig_name: str, info: dict, series: list[Series], width: float = style.W
     handles, labels = axes[0].get_legend_handles_labels()
     style.legend_below(fig, handles, [textwrap.fill(t, 125 if wide else 62) for t in labels], ncol=1)
     quick = "QUICK PREVIEW, not the full figure (make figs-quick). " if info["profile"] == "quick" else ""
-    fig.suptitle(f"{quick}{info['title']}")
+    fig.suptitle(textwrap.fill(f"{quick}{info['title']}", 120 if wide else 55))
     return fig, rows, summary
 
 

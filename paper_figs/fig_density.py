@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -122,7 +123,7 @@ def draw(info: dict, rows: list[list], width: float = style.WIDTHS["col2"]) -> p
     handles.append(Line2D([], [], **style.Look(style.GREY, "none", "x").kw()))
     style.legend_below(fig, handles, labels + ["not reached by any seed (0/seeds)"], ncol=len(labels) + 1 if wide else 2)
     quick = "QUICK PREVIEW. " if info.get("profile") == "quick" else ""
-    fig.suptitle(f"{quick}{info.get('title', 'accuracy vs density')}")
+    fig.suptitle(textwrap.fill(f"{quick}{info.get('title', 'accuracy vs density')}", 120 if wide else 55))
     return fig
 
 
