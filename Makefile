@@ -9,10 +9,18 @@ export WANDB_SILENT ?= true
 
 .PHONY: help setup simgrid report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup bench-simgrid bench-zoo
 
-help:  ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+# `make help`: every target with its comment and, from docs/times.yaml (the one source of the times, also
+# quoted by the README), its time and the load average it was measured at; then the timed fig-<entry> targets.
+TIMES := docs/times.yaml
+help:  ## list the targets, with their times from docs/times.yaml
+	@awk -F'"' 'FNR == NR { if ($$0 ~ /^[a-z][a-z-]*: *[{]time:/) { k = substr($$1, 1, index($$1, ":") - 1); \
+	    t[k] = "[" $$2 ", load " $$4 "]"; order[++n] = k }; next } \
+	  /^[a-zA-Z_-]+:.*## / { k = substr($$0, 1, index($$0, ":") - 1); d = $$0; sub(/^[^#]*## /, "", d); \
+	    printf "  %-14s %s%s\n", k, d, (k in t) ? " " t[k] : ""; seen[k] = 1 } \
+	  END { for (i = 1; i <= n; i++) if (!(order[i] in seen)) printf "  %-14s one figure of paper_figs/figures.yaml and its runs %s\n", order[i], t[order[i]] }' \
+	  $(TIMES) $(firstword $(MAKEFILE_LIST))
 
-setup: $(STAMP)  ## create .venv and install the package with pinned dependencies (~2 min)
+setup: $(STAMP)  ## create .venv and install the package with pinned dependencies
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,16 +41,16 @@ simgrid-scaling: $(STAMP)  ## whole iterations of the paper's 5 models on simula
 report: $(STAMP)  ## a run's figure, or a sweep's table + overlay: make report DIR=<run or sweep dir> (docs/reports.md)
 	PYTHONPATH=src $(PY) -m ssgd.report $(DIR)
 
-run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k (~45 s)
+run: $(STAMP)  ## the default job: FNN-3 on embedded MNIST, 4 virtual workers, gTop-k
 	$(PY) src/train.py $(ARGS)
 
 # make test: two pytest-xdist workers (a test file stays on one worker: its module fixtures run once), then
 # the `serial` tests (wall-clock bounds: signals, failing ranks) one at a time on a machine left to them.
-test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (~20 min on 2 cores, testbed and SLURM up)
+test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (testbed and SLURM up)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
 	$(PY) -m pytest -q -m serial
 
-test-fast: $(STAMP)  ## the tests not marked slow, on all cores (~2-2.5 min on 2 cores): in-process, plus ranks forked from a preloaded server; no train.py or fresh-interpreter runs, real wandb, paper-size models or figure scripts
+test-fast: $(STAMP)  ## the tests not marked slow, on all cores: in-process, plus ranks forked from a preloaded server; no train.py or fresh-interpreter runs, real wandb, paper-size models or figure scripts
 	$(PY) -m pytest -q -m "not slow" -n auto
 
 # make faults: the fourth fault matrix of docs/faults.md replayed from the command line (scripts/faults.py); the
@@ -57,10 +65,10 @@ OUT ?=
 RESULTS_DIR = $(or $(OUT),bench/results)
 CHARTS_DIR  = $(or $(OUT),paper_figs/out)
 
-bench-threads: $(STAMP)  ## threads backend vs a plain loop, interleaved, noise-checked (~3 min; --quick ~1; OUT=dir)
+bench-threads: $(STAMP)  ## threads backend vs a plain loop, interleaved, noise-checked (ARGS=--quick: ~1 min; OUT=dir)
 	$(PY) bench/threads_overhead.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench-comm: $(STAMP)  ## collectives + gTop-k ours vs released on 2/4/8 MPI ranks, d = 1M, 25M (~1 min; OUT=dir)
+bench-comm: $(STAMP)  ## collectives + gTop-k ours vs released on 2/4/8 MPI ranks, d = 1M, 25M (OUT=dir)
 	$(PY) bench/comm.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 TOOLS       ?= 1
@@ -74,17 +82,17 @@ $(TOOLS_STAMP): bench/requirements-tools.txt
 	  && $(TOOLS_VENV)/bin/python -m pip install --quiet -r bench/requirements-tools.txt && touch $@ \
 	  || echo "bench-dlbench: could not install bench/requirements-tools.txt into $(TOOLS_VENV); JAX and TensorFlow are skipped"
 
-bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads, interleaved (~13 min; OUT=dir)
+bench-dlbench: $(STAMP) $(if $(filter 1,$(TOOLS)),$(TOOLS_STAMP))  ## DLBench workloads: ms/mini-batch, eager/compile/TF/JAX x threads, interleaved (OUT=dir)
 	$(PY) bench/dlbench.py --results $(RESULTS_DIR)/dlbench.json --out-dir $(CHARTS_DIR) \
 	  $(if $(filter 1,$(TOOLS)),,--tools torch torch_compile) $(ARGS)
 
-bench-ddp: $(STAMP)  ## DDP hooks on 2 gloo ranks: allreduce, fp16, PowerSGD, ssgd.ddp gTop-k/Top-k async vs blocking, interleaved (~1.5 min; OUT=dir; ARGS="--testbed --hidden 4608 --density 0.001": 1 GbE testbed, d = 25M, ~1 min)
+bench-ddp: $(STAMP)  ## DDP hooks on 2 gloo ranks: allreduce, fp16, PowerSGD, ssgd.ddp gTop-k/Top-k async vs blocking, interleaved (OUT=dir; ARGS="--testbed --hidden 4608 --density 0.001": 1 GbE testbed, d = 25M)
 	$(PY) bench/ddp.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench-selection-contention: $(STAMP)  ## Top-k/Gaussian-k/Random-k/DGC quiet vs a busy core, 1 and 2 threads, d = 25M (~5-12 min, estimated; ARGS=--quick ~15 s; OUT=dir)
+bench-selection-contention: $(STAMP)  ## Top-k/Gaussian-k/Random-k/DGC quiet vs a busy core, 1 and 2 threads, d = 25M (estimated; ARGS=--quick: ~15 s; OUT=dir)
 	$(PY) bench/selection_contention.py --results-dir $(RESULTS_DIR) $(ARGS)
 
-bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (~9 min; OUT=dir)
+bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)
 
 bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,024, d = 25M: wall time and peak memory (~1 min; OUT=dir)
@@ -93,10 +101,10 @@ bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,
 bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (~6.5 min on 2 cores at load 9; docs/zoo.md)
 	PYTHONPATH=src $(PY) bench/zoo.py $(ARGS)
 
-bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases (~2 min)
+bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases
 	$(PY) bench/startup.py $(ARGS)
 
-bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress (~25 min on 2 quiet cores)
+bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress
 	@$(PY) bench/progress.py start $(RESULTS_DIR)
 	@$(PY) bench/progress.py next $(RESULTS_DIR) bench-dlbench
 	$(MAKE) --no-print-directory bench-dlbench ARGS=
@@ -144,20 +152,20 @@ fig-convergence-paper: $(STAMP)  ## gTop-k paper convergence: ResNet-20 on CIFAR
 	$(PY) paper_figs/convergence_paper.py --data "$(DATA)" --device $(or $(DEVICE),cpu) --runs $(FIGS_RUNS) \
 	  --out $(FIGS_OUT) $(if $(STEPS),--max-steps $(STEPS)) $(ARGS)
 
-figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; 12-13 min on 2 quiet cores; resumes)
+figs: $(STAMP)  ## every figure + paper_figs/README.md (OUT=dir writes elsewhere; resumes)
 	$(PY) paper_figs/make_figs.py --out $(FIGS_OUT) --runs $(FIGS_RUNS) --jobs $(JOBS)
 
-figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/ (~1-2 min)
+figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outputs/figs-quick/
 	$(PY) paper_figs/make_figs.py --quick --out $(QUICK_OUT) --runs $(QUICK_RUNS) --jobs $(JOBS)
 
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
 	$(PY) -m ssgd.tools.make_profiles
 
-validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (~2 min; OUT=dir)
+validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (OUT=dir)
 	$(PY) paper_figs/validate_model.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 .PHONY: gpu-check
-gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (3 min on one H200; no GPU: says so, exit 0)
+gpu-check: $(STAMP)  ## every CUDA path: GPU tests, NCCL run, selection on the GPU, DDP hook on NCCL, one table (on one H200; no GPU: says so, exit 0)
 	$(PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(ARGS)
 
 .PHONY: testbed-up testbed-down testbed-status alphabeta-testbed bench-testbed bench-testbed-e2e bench-testbed-replay simgrid-calibrate bench-testbed-simgrid
@@ -169,16 +177,16 @@ testbed-up:  ## P hosts (network namespaces, root) on BW links (tc tbf) -> clust
 testbed-down:  ## remove every namespace, link and qdisc testbed-up made (also after a failed up)
 	scripts/testbed/testbed.sh down
 
-alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testbed hosts 1 and 2, full token buckets -> outputs/testbed/alphabeta.yaml (~1 min)
+alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testbed hosts 1 and 2, full token buckets -> outputs/testbed/alphabeta.yaml
 	PYTHONPATH=src $(PY) -m ssgd.tools.calibrate --from-cluster testbed --name testbed --out outputs/testbed/alphabeta.yaml --fit regimes --points outputs/testbed/pingpong.json --idle-ms 4 --force
 
-bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the token-bucket link model, alpha-beta and the floor -> bench/results/testbed_<BW>.csv (~1.5 min at P=4)
+bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the token-bucket link model, alpha-beta and the floor -> bench/results/testbed_<BW>.csv (P=4)
 	PYTHONPATH=src $(PY) bench/testbed_comm.py $(ARGS)
 
 bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~2.5 min at P=4)
 	PYTHONPATH=src $(PY) bench/testbed_e2e.py $(ARGS)
 
-bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (~10 min at P=4)
+bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (P=4)
 	PYTHONPATH=src $(PY) bench/testbed_replay.py $(ARGS)
 	@if [ -f bench/results/testbed_replay_1gbit.csv ]; then mkdir -p paper_figs/measured && cp bench/results/testbed_replay_1gbit.csv paper_figs/measured/ && echo "copied to paper_figs/measured/ (make fig-scaling draws it)"; fi
 
@@ -203,13 +211,13 @@ testbed-status:  ## the testbed's hosts and shaping; exit 0 when it is up
 	scripts/testbed/testbed.sh status
 
 .PHONY: slurm-up slurm-down test-slurm
-slurm-up:  ## single-node SLURM cluster on this machine: installs Debian's slurm + munge as root, starts them (~1 min first time)
+slurm-up:  ## single-node SLURM cluster on this machine: installs Debian's slurm + munge as root, starts them (first time)
 	scripts/slurm/cluster.sh up
 
 slurm-down:  ## stop the daemons slurm-up started
 	scripts/slurm/cluster.sh down
 
-test-slurm: $(STAMP)  ## only the tests against the SLURM cluster (make slurm-up first; ~1-3 min)
+test-slurm: $(STAMP)  ## only the tests against the SLURM cluster (make slurm-up first)
 	$(PY) -m pytest -q -m slurm tests/slurm
 
 clean:  ## remove run outputs (keeps .venv)

@@ -37,7 +37,8 @@ from pathlib import Path
 
 import fig_convergence as conv
 import runs as runs_py
-from figlib import OUT, ROOT, RUNS, fail, find_runs, read_json, read_jsonl, save, write_csv
+import style
+from figlib import OUT, ROOT, RUNS, fail, find_runs, plt, read_json, read_jsonl, write_csv
 
 EXPERIMENT = "icdcs_convergence"
 SCHEMES = {"dense": "dense (S-SGD)", "topk": "Top-k", "gtopk": "gTop-k", "gaussiank": "Gaussian-k"}
@@ -127,13 +128,19 @@ def draw(runs_dir: Path, out: Path) -> list[Path]:
     found = [r for r in find_runs(runs_dir / "convergence_paper") if r.metrics]
     figures = conv.group(found, TARGET)
     info, series = figures[FIGURE]
-    fig, rows, summary = conv.draw(FIGURE, info, series)
-    acc = fig.axes[1]
-    for i, s in enumerate(series):
-        final = float(sum(r.val_acc[-1] for r in s.runs) / len(s.runs))
-        acc.annotate(f"{s.label}: final {final:.3f}; {paper_label(s.scheme)}", xy=(0.98, 0.04 + 0.06 * i),
-                     xycoords="axes fraction", fontsize=7, color=f"C{i}", ha="right", va="bottom")
-    paths = save(fig, out, "fig_convergence_paper", conv.ROW_HEADER, rows)
+    first, rows, summary = conv.draw(FIGURE, info, series)
+    plt.close(first)
+
+    def draw_at(width: float):
+        fig = conv.draw(FIGURE, info, series, width)[0]
+        for i, s in enumerate(series):
+            final = float(sum(r.val_acc[-1] for r in s.runs) / len(s.runs))
+            fig.axes[1].annotate(f"{s.label}: final {final:.3f}; {paper_label(s.scheme)}", xy=(0.98, 0.04 + 0.08 * i),
+                                 xycoords="axes fraction", fontsize="x-small", color=style.look(s.key, i).color,
+                                 ha="right", va="bottom")
+        return fig
+
+    paths = style.save(draw_at, out, "fig_convergence_paper", conv.ROW_HEADER, rows)
     header = [*conv.SUMMARY_HEADER, "paper_final_val_acc"]
     table = out / "convergence_paper_summary.csv"
     write_csv(table, header, [[*row, PAPER_FINAL.get(row[3], "not in this repository")] for row in summary])

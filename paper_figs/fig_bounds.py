@@ -7,12 +7,13 @@ Communication-Efficient Gradient Sparsification" (IJCAI 2019).
     python paper_figs/fig_bounds.py [--runs paper_figs/runs] [--out paper_figs/out]
 
 Reads `<run>/capture/stats.jsonl` (`capture.stats=true`) of every run under --runs.
-Top row, one panel per (model, density) of the Top-k runs: per step, ||u - TopK(u)||^2 / ||u||^2 of
+One panel per (model, density) of the Top-k runs: per step, ||u - TopK(u)||^2 / ||u||^2 of
 rank 0's u, the same for Random-k at the same k, and the bounds 1 - k/d (always true) and (1 - k/d)^2
-(the Top-k paper's, which assumes a bell-shaped u). Bottom: the IJCAI ratio per epoch,
+(the Top-k paper's, which assumes a bell-shaped u). Then, per model, the IJCAI ratio per epoch,
 delta = mean ||x - A(x)||^2 / mean ||x - RandK(x)||^2 with x the workers' mean u and A the scheme's
 aggregate (gTop-k runs first), expected at or just below 1 (dotted line).
-Writes fig_bounds.{png,pdf,csv} (per step) and fig_bounds_delta.csv (per epoch). On every u snapshot of the
+Writes fig_bounds{,_col1,_col2}.{png,pdf} and fig_bounds.csv (per step; a grid of panels, then one delta
+panel per model) and fig_bounds_delta.csv (per epoch). On every u snapshot of the
 Top-k runs (`capture.u_steps`) it also checks the shape condition the tighter bound rests on
 (`analysis.line_condition`: the sorted u_i^2 under the line through (k, s_k) and (d, 0) on the tail and over it on
 the head, by area) and writes fig_bounds_condition.csv, one row per snapshot.
@@ -26,7 +27,9 @@ from pathlib import Path
 
 import analysis as an
 import torch
-from figlib import OUT, RUNS, Run, find_runs, plt, read_rows, require, save, write_csv
+import style
+from figlib import OUT, RUNS, Run, find_runs, plt, read_rows, require, write_csv
+from matplotlib.lines import Line2D
 
 
 def stats_runs(runs: list[Run]) -> list[tuple[Run, list[dict]]]:
@@ -46,6 +49,12 @@ def condition_rows(run: Run) -> list[list]:
     return rows
 
 
+BOUND_LINES = (("ratio/topk", "Top-k", style.Look(style.BLUE, "-")),
+               ("ratio/randk", "Random-k", style.Look(style.ORANGE, "--")),
+               ("bound/linear", "1 - k/d", style.Look(style.BLACK, ":")),
+               ("bound/square", "(1 - k/d)^2", style.Look(style.VERMILLION, "-.")))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(RUNS), help="folder searched for run directories")
@@ -55,41 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     topk = sorted([rs for rs in runs if rs[0].scheme == "topk"], key=lambda rs: (rs[0].model, rs[0].density))
     delta_runs = sorted([rs for rs in runs if "ijcai/err_scheme" in rs[1][-1] and rs[0].scheme != "dense"],
                         key=lambda rs: (rs[0].scheme != "gtopk", rs[0].model, rs[0].density))
-    ncol = max(len(topk), 1)
-    fig = plt.figure(figsize=(3.6 * ncol, 6.4))
-    grid = fig.add_gridspec(2, ncol)
-    rows: list[list] = []
-    for col, (run, stats) in enumerate(topk):
-        ax = fig.add_subplot(grid[0, col])
-        steps = [s["step"] for s in stats]
-        for key, label, style in (("ratio/topk", "Top-k", "C0-"), ("ratio/randk", "Random-k", "C1-"),
-                                  ("bound/linear", "1 - k/d", "k--"), ("bound/square", "(1 - k/d)^2", "C3:")):
-            ax.plot(steps, [s[key] for s in stats], style, lw=1, label=label)
-        ax.set_title(f"{run.model}, Top-k, rho = {run.density:g}", fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.set_ylabel("||u - C(u)||^2 / ||u||^2", fontsize=8)
-        ax.tick_params(labelsize=7)
-        if col == 0:
-            ax.legend(fontsize=7)
-        rows += [[run.path.name, run.model, run.scheme, run.density, s["step"], s["epoch"], s["ratio/topk"],
-                  s["ratio/randk"], s["bound/linear"], s["bound/square"], s["u/kurtosis"]] for s in stats]
-    ax = fig.add_subplot(grid[1, :])
-    delta_rows: list[list] = []
-    for run, stats in delta_runs:
-        epochs, delta = an.epoch_delta([s["epoch"] for s in stats], [s["ijcai/err_scheme"] for s in stats],
-                                       [s["ijcai/err_randk"] for s in stats])
-        ax.plot(epochs, delta, "o-", ms=3, label=f"{run.scheme} / Random-k, {run.model}, rho = {run.density:g}")
-        delta_rows += [[run.path.name, run.model, run.scheme, run.density, int(e), float(v)] for e, v in zip(epochs, delta)]
-    ax.axhline(1.0, color="k", ls=":", lw=1)
-    ax.set_xlabel("epoch", fontsize=8)
-    ax.set_ylabel("delta = mean ||x - A(x)||^2 / mean ||x - RandK(x)||^2", fontsize=8)
-    ax.set_title("IJCAI ratio (x = workers' mean of u; A = the scheme's aggregate)", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    rows = [[run.path.name, run.model, run.scheme, run.density, s["step"], s["epoch"], s["ratio/topk"],
+             s["ratio/randk"], s["bound/linear"], s["bound/square"], s["u/kurtosis"]] for run, stats in topk for s in stats]
+    deltas = [(run, *an.epoch_delta([s["epoch"] for s in stats], [s["ijcai/err_scheme"] for s in stats],
+                                    [s["ijcai/err_randk"] for s in stats])) for run, stats in delta_runs]
+    delta_rows = [[run.path.name, run.model, run.scheme, run.density, int(e), float(v)]
+                  for run, epochs, delta in deltas for e, v in zip(epochs, delta)]
     header = ["run", "model", "scheme", "density", "step", "epoch", "ratio_topk", "ratio_randk", "bound_linear",
               "bound_square", "kurtosis"]
     out = Path(args.out)
-    written = save(fig, out, "fig_bounds", header, rows)
+    written = style.save(lambda width: draw(width, topk, deltas), out, "fig_bounds", header, rows)
     write_csv(out / "fig_bounds_delta.csv", ["run", "model", "scheme", "density", "epoch", "delta"], delta_rows)
     write_csv(out / "fig_bounds_condition.csv",
               ["run", "model", "scheme", "density", "step", "d", "k", "holds", "tail_over_line", "head_over_line",
@@ -98,6 +82,55 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     return 0
 
+
+def draw(width: float, topk: list[tuple[Run, list[dict]]], deltas: list[tuple]) -> plt.Figure:
+    """A grid of one panel per Top-k run (its ratio against the bounds per step), then one delta panel per
+    model; the legends below (single column: the bounds' above)."""
+    wide = width >= 5
+    models = list(dict.fromkeys(run.model for run, *_ in deltas))
+    ncols = 4 if wide else 3
+    nb, nd = -(-len(topk) // ncols), -(-len(models) // ncols)
+    fig, axes = style.figure(width, nb + nd, ncols, 1.35 if wide else 1.1, 0.7 if wide else 1.2)
+    for i, (run, stats) in enumerate(topk):
+        ax = axes[i // ncols][i % ncols]
+        steps = [s["step"] for s in stats]
+        for key, label, lk in BOUND_LINES:
+            ax.plot(steps, [s[key] for s in stats], **lk.kw(lw=0.9), label=label)
+        ax.set_title(f"{run.model}, rho {run.density:g}" if wide else f"{run.model} {run.density:g}",
+                     fontsize=None if wide else "small")
+        ax.set_xlabel("step")
+        if i % ncols == 0:
+            ax.set_ylabel(r"$\|u - C(u)\|^2 / \|u\|^2$")
+    densities = sorted({run.density for run, *_ in deltas if run.scheme != "gtopk"})
+    for j, model in enumerate(models):
+        ax = axes[nb + j // ncols][j % ncols]
+        for run, epochs, delta in (d for d in deltas if d[0].model == model):
+            lk = (style.Look(style.BLACK, "--", "x") if run.scheme == "gtopk"
+                  else style.cycle(densities.index(run.density)) if run.density in densities else style.cycle(0))
+            ax.plot(epochs, delta, **lk.kw(ms=3, lw=0.9), label=f"{run.scheme}, rho {run.density:g}")
+        ax.axhline(1.0, color=style.GREY, ls=(0, (1, 1)), lw=0.8)
+        ax.set(title=f"{model}: delta", xlabel="epoch", ylabel="delta (IJCAI)" if j % ncols == 0 else None)
+        ax.title.set_fontsize(None if wide else "small")
+    for ax in axes.flat[len(topk):nb * ncols]:
+        fig.delaxes(ax)
+    for ax in axes.flat[nb * ncols + len(models):]:
+        fig.delaxes(ax)
+    legends(fig, wide, densities, any(run.scheme == "gtopk" for run, *_ in deltas))
+    return fig
+
+
+def legends(fig, wide: bool, densities: list[float], gtopk: bool) -> None:
+    """The bounds' legend and the delta panels' (Top-k per density, gTop-k), outside the axes."""
+    handles = [Line2D([], [], **lk.kw()) for _, _, lk in BOUND_LINES]
+    style.legend_below(fig, handles, [label for _, label, _ in BOUND_LINES], "lower left" if wide else "upper center",
+                       ncol=2, title="ratio of the Top-k runs")
+    handles = [Line2D([], [], **style.cycle(i).kw(ms=3)) for i in range(len(densities))]
+    labels = [f"Top-k, rho {d:g}" for d in densities]
+    if gtopk:
+        handles.append(Line2D([], [], **style.Look(style.BLACK, "--", "x").kw(ms=3)))
+        labels.append("gTop-k")
+    style.legend_below(fig, handles, labels, "lower right" if wide else "lower center", ncol=3,
+                       title="delta: A(x)'s error / RandK(x)'s")
 
 
 def findings(out: Path) -> list[str]:

@@ -18,10 +18,11 @@ the modelled time to reach the figure's target validation accuracy (mean, min-ma
 never reach it are counted, not averaged in).
 
 The modelled time is only as steady as this machine's timings: on a shared machine the measured compute
-varies with the load (the title gives its range over the runs); the steps to the target and the
-communication part (hatched) do not.
+varies with the load (convergence_summary.csv gives its range over the runs: compute_ms_*); the steps to
+the target and the communication part (hatched) do not.
 
-Writes, per figure F, fig_convergence_F.{png,pdf,csv} (the plotted means and bands) and, for all figures,
+Writes, per figure F, fig_convergence_F{,_col1,_col2}.{png,pdf} (paper_figs/style.py) and fig_convergence_F.csv
+(the plotted means and bands) and, for all figures,
 convergence_summary.csv (one row per figure and series: seeds, densities, final / best accuracy, steps and
 modelled seconds to the target) and convergence_density_phases.csv (achieved / target density in the
 density warm-up and in each third of the remaining steps: how Gaussian-k's count drifts). Runs of the
@@ -32,13 +33,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 import analysis as an
-from figlib import OUT, RUNS, Run, find_runs, mean_range, plt, read_json, read_rows, require, save, write_csv
+import style
+from figlib import OUT, RUNS, Run, find_runs, mean_range, plt, read_json, read_rows, require, write_csv
 
 ORDER = ("dense", "topk", "gtopk", "gaussiank", "randomk", "dgcsampling")
 
@@ -159,21 +162,13 @@ def group(runs: list[Run], default_target: float) -> dict[str, tuple[dict, list[
     return out
 
 
-def setting_line(run: Run, n_seeds: int, steps: int) -> str:
-    c = run.config
-    warm = list(c.compressor.density_warmup or [])
-    lr_warm = f"LR warm-up {c.schedule.warmup_epochs:g} epochs" if c.schedule.warmup_epochs else "no LR warm-up"
-    return (f"{run.model} on {run.summary.get('dataset')}, P = {run.summary.get('world_size')}, "
-            f"{c.trainer.batch_size}/worker, lr {c.optimizer.lr:g}, {lr_warm}, density warm-up "
-            f"{[float(w) for w in warm]} then {c.compressor.density:g} (all sparse schemes); "
-            f"{n_seeds} seeds (mean, min-max band), {steps} steps")
-
-
-def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, list[list], list[list]]:
-    """One convergence figure (loss, accuracy vs epoch and vs modelled time, time to the target); its CSV
-    rows and its rows of convergence_summary.csv."""
-    target = info["target_acc"]
-    fig, grid = plt.subplots(2, 2, figsize=(13, 9))
+def draw(fig_name: str, info: dict, series: list[Series], width: float = style.WIDTHS["col2"]
+         ) -> tuple[plt.Figure, list[list], list[list]]:
+    """One convergence figure `width` inches wide (loss, accuracy vs epoch and vs modelled time, time to the
+    target; 2 x 2 panels, single column: 4 x 1); its CSV rows and its rows of convergence_summary.csv."""
+    target, wide = info["target_acc"], width >= 5
+    fig, grid = style.figure(width, 2 if wide else 4, 2 if wide else 1, 2.2 if wide else 1.45,
+                             0.35 + 0.2 * len(series) if wide else 0.35 + 0.3 * len(series))
     axes = grid.ravel()
     rows: list[list] = []
     summary: list[list] = []
@@ -181,38 +176,33 @@ def draw(fig_name: str, info: dict, series: list[Series]) -> tuple[plt.Figure, l
     common = max({s.density for s in sparse}, key=lambda d: sum(s.density == d for s in sparse))
     first = next(s for s in sparse if s.density == common).runs[0]      # the figure's configured density
     cluster = first.run.summary.get("cluster")
-    n_seeds = max(len(s.runs) for s in series)
-    steps = int(max(r.steps[-1] for s in series for r in s.runs))
     for i, s in enumerate(series):
-        rows += curves(axes, fig_name, s, f"C{i}")
-        reached = time_bar(axes[3], s, len(series) - 1 - i, f"C{i}", target)
+        lk = style.look(s.key, i)
+        rows += curves(axes, fig_name, s, lk)
+        reached = time_bar(axes[3], s, len(series) - 1 - i, lk.color, target)
         summary.append(summary_row(fig_name, s, cluster, target, reached))
-    style(axes, series, cluster, target)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
+    style_panels(axes, series, cluster, target)
+    handles, labels = axes[0].get_legend_handles_labels()
+    style.legend_below(fig, handles, [textwrap.fill(t, 125 if wide else 62) for t in labels], ncol=1)
     quick = "QUICK PREVIEW, not the full figure (make figs-quick). " if info["profile"] == "quick" else ""
-    compute = [1e3 * r.run.summary.get("time/compute_s", math.nan) for s in series for r in s.runs]
-    fig.suptitle(f"{quick}{info['title']}\n{setting_line(first.run, n_seeds, steps)}\nmodelled time = this machine's "
-                 f"measured compute, compression and update (compute per worker and step: {min(compute):.1f}-"
-                 f"{max(compute):.1f} ms over the runs; the spread is the machine's load) + alpha-beta "
-                 f"communication on {cluster}", fontsize=9)
-    fig.tight_layout(rect=(0, 0.03 + 0.022 * ((len(series) + 1) // 2), 1, 1))
+    fig.suptitle(textwrap.fill(f"{quick}{info['title']}", 120 if wide else 55))
     return fig, rows, summary
 
 
-def curves(axes, fig_name: str, s: Series, color: str) -> list[list]:
+def curves(axes, fig_name: str, s: Series, lk: style.Look) -> list[list]:
     """A series' loss vs epoch, accuracy vs epoch and vs modelled time (mean and min-max band over seeds);
     its CSV rows."""
     loss_m, loss_lo, loss_hi = an.seed_band([r.loss for r in s.runs])
     ep = s.runs[0].epochs[:len(loss_m)]
-    axes[0].plot(ep, loss_m, color=color, lw=1, label=s.legend())
-    axes[0].fill_between(ep, loss_lo, loss_hi, color=color, alpha=0.2, lw=0)
+    axes[0].plot(ep, loss_m, **lk.kw(marker="None"), label=s.legend())
+    axes[0].fill_between(ep, loss_lo, loss_hi, color=lk.color, alpha=0.2, lw=0)
     acc_m, acc_lo, acc_hi = an.seed_band([r.val_acc for r in s.runs])
     vep = s.runs[0].val_epochs[:len(acc_m)]
     vt, _, _ = an.seed_band([r.val_time for r in s.runs])
-    axes[1].plot(vep, acc_m, color=color, lw=1)
-    axes[1].fill_between(vep, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
-    axes[2].plot(vt, acc_m, color=color, lw=1)
-    axes[2].fill_between(vt, acc_lo, acc_hi, color=color, alpha=0.2, lw=0)
+    axes[1].plot(vep, acc_m, **lk.kw(marker="None"))
+    axes[1].fill_between(vep, acc_lo, acc_hi, color=lk.color, alpha=0.2, lw=0)
+    axes[2].plot(vt, acc_m, **lk.kw(marker="None"))
+    axes[2].fill_between(vt, acc_lo, acc_hi, color=lk.color, alpha=0.2, lw=0)
     tm, _, _ = an.seed_band([r.time for r in s.runs])
     rows = [[fig_name, s.key, s.label, s.scheme, len(s.runs), "train", int(st), e, m, lo, hi, t, "", "", ""]
             for st, e, m, lo, hi, t in zip(s.runs[0].steps, ep, loss_m, loss_lo, loss_hi, tm)]
@@ -233,9 +223,9 @@ def time_bar(ax, s: Series, y: int, color: str, target: float) -> tuple[int, lis
                 xerr=[[max(mean - min(ts), 0.0)], [max(max(ts) - mean, 0.0)]], capsize=3)
         ax.text(max(ts), y, f"  {mean:.2f} s, step {np.mean(st_hit):.0f}"
                 + ("" if len(hit) == len(s.runs) else f" ({len(hit)}/{len(s.runs)} seeds)"),
-                va="center", fontsize=7)
+                va="center", fontsize="x-small")
     else:
-        ax.text(0, y, f"  not reached by any of {len(s.runs)} seeds", va="center", fontsize=7)
+        ax.text(0, y, f"  not reached by any of {len(s.runs)} seeds", va="center", fontsize="x-small")
     return len(hit), st_hit, ts, comm
 
 
@@ -254,30 +244,25 @@ def summary_row(fig_name: str, s: Series, cluster: str, target: float, reached: 
             *[1e3 * v for v in _mean_min_max([r.run.summary.get("time/compute_s", math.nan) for r in s.runs])]]
 
 
-def style(axes, series: list[Series], cluster: str, target: float) -> None:
+def style_panels(axes, series: list[Series], cluster: str, target: float) -> None:
     """The four panels' target line, labels, titles and limits."""
     for ax in axes[1:3]:
-        ax.axhline(target, color="k", ls=":", lw=0.8)
-    axes[0].set(xlabel="epoch", ylabel="training loss (mean over the P workers)", yscale="log",
+        ax.axhline(target, color=style.GREY, ls=(0, (1, 1)), lw=0.8)
+    axes[0].set(xlabel="epoch", ylabel="training loss", yscale="log",
                 title="training loss")
     axes[1].set(xlabel="epoch", ylabel="validation accuracy (top-1)", title="validation accuracy")
     axes[2].set(xlabel=f"modelled time on {cluster} (s)", ylabel="validation accuracy (top-1)",
-                title=f"validation accuracy vs modelled time on {cluster}")
+                title="validation accuracy vs modelled time")
     lo = min(float(np.min(r.val_acc)) for s in series for r in s.runs)
     # from 0.12 below the target, lower where a series ends below that (its curve stays in view)
     finals = [float(np.mean([r.val_acc[-1] for r in s.runs])) for s in series]
     for ax in axes[1:3]:
         ax.set_ylim(max(lo, min(target - 0.12, min(finals) - 0.05)), None)
-    axes[3].set_yticks(range(len(series)), [s.label for s in reversed(series)])
-    axes[3].set(xlabel=f"modelled time on {cluster} to validation accuracy {target:g} (s)", ylabel="scheme",
-                title=f"time to accuracy {target:g}: hatched = alpha-beta communication on {cluster}, "
-                      "light = compute + compression + update measured here (bar: mean, whisker: min-max)")
-    axes[3].set_xlim(0, axes[3].get_xlim()[1] * 1.35)
-    for ax in axes:
-        ax.title.set_fontsize(8)
-        ax.xaxis.label.set_fontsize(8)
-        ax.yaxis.label.set_fontsize(8)
-        ax.tick_params(labelsize=7)
+    axes[3].set_yticks(range(len(series)), [textwrap.shorten(s.label, 22, placeholder="...")
+                                            for s in reversed(series)])
+    axes[3].set(xlabel=f"modelled time to accuracy {target:g} (s)", ylabel="scheme",
+                title=f"time to {target:g} (hatched: communication)")
+    axes[3].set_xlim(0, axes[3].get_xlim()[1] * 1.6)
 
 
 def _mean_min_max(values: list[float]) -> list:
@@ -330,11 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[list] = []
     quick = any(info["profile"] == "quick" for info, _ in figures.values())
     for fig_name, (info, series) in sorted(figures.items()):
-        fig, rows, summ = draw(fig_name, info, series)
+        first, rows, summ = draw(fig_name, info, series)
+        plt.close(first)
         summary += summ
         stem = "fig_convergence" + (f"_{fig_name}" if fig_name else "") + ("_quick" if info["profile"] == "quick"
                                                                             else "")
-        for path in save(fig, out, stem, ROW_HEADER, rows):
+        for path in style.save(lambda w, f=fig_name, i=info, s=series: draw(f, i, s, w)[0], out, stem, ROW_HEADER,
+                               rows):
             print(f"wrote {path}")
     suffix = "_quick" if quick else ""
     path = out / f"convergence_summary{suffix}.csv"

@@ -24,13 +24,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from fig_convergence import ORDER, SeedRun, info_of
-from figlib import OUT, RUNS, Run, fail, find_runs, mean_range, plt, read_rows, save
+import style
+from figlib import OUT, RUNS, Run, fail, find_runs, mean_range, plt, read_rows
+from matplotlib.lines import Line2D
 
 HEADER = ["scheme", "label", "density", "seeds", "density_achieved_mean", "density_achieved_min",
           "density_achieved_max", "density_achieved_after_warmup", "steps", "final_val_acc_mean", "final_val_acc_min",
@@ -90,62 +93,67 @@ def table(runs: Sequence[Run]) -> tuple[dict, list[list]]:
     return info, rows
 
 
-def draw(info: dict, rows: list[list]) -> plt.Figure:
-    """Two panels: final accuracy vs density, time to the target vs density (log x; schemes offset a little
-    along x so their bars do not hide each other)."""
+def draw(info: dict, rows: list[list], width: float = style.WIDTHS["col2"]) -> plt.Figure:
+    """Two panels (side by side; single column: one above the other): final accuracy vs density, time to the
+    target vs density (log x; schemes offset a little along x so their bars do not hide each other)."""
     col = {h: i for i, h in enumerate(HEADER)}
-    fig, (acc_ax, time_ax) = plt.subplots(1, 2, figsize=(12, 4.8))
+    wide = width >= 5
+    fig, axes = style.figure(width, 1 if wide else 2, 2 if wide else 1, 2.6 if wide else 2.0, 0.6 if wide else 0.8)
+    acc_ax, time_ax = axes.flat
     schemes = list(dict.fromkeys(r[0] for r in rows))
     target, cluster = rows[0][col["target_acc"]], rows[0][col["cluster"]]
     unreached = []
     for i, scheme in enumerate(schemes):
         rs = [r for r in rows if r[0] == scheme]
-        shift = 1.12 ** (i - (len(schemes) - 1) / 2)
-        x = np.array([r[col["density"]] for r in rs]) * shift
+        lk = style.look(scheme, i)
+        x = np.array([r[col["density"]] for r in rs]) * 1.12 ** (i - (len(schemes) - 1) / 2)
         m, lo, hi = (np.array([r[col[f"final_val_acc_{k}"]] for r in rs]) for k in ("mean", "min", "max"))
-        acc_ax.errorbar(x, m, yerr=[m - lo, hi - m], marker="o", ms=4, capsize=3, color=f"C{i}", label=rs[0][1])
-        reached = [(xx, r) for xx, r in zip(x, rs) if r[col["time_to_target_s_mean"]] != ""]
-        if reached:
-            tx = np.array([xx for xx, _ in reached])
-            tm, tlo, thi = (np.array([r[col[f"time_to_target_s_{k}"]] for _, r in reached])
-                            for k in ("mean", "min", "max"))
-            time_ax.errorbar(tx, tm, yerr=[tm - tlo, thi - tm], marker="o", ms=4, capsize=3, color=f"C{i}",
-                             label=rs[0][1])
-            for xx, r in reached:
-                n, total = r[col["reached"]].split("/")
-                if n != total:
-                    time_ax.annotate(f"{n}/{total} seeds", (xx, r[col["time_to_target_s_mean"]]), fontsize=7,
-                                     color=f"C{i}", xytext=(4, 4), textcoords="offset points")
-        unreached += [(xx, i, r) for xx, r in zip(x, rs) if r[col["time_to_target_s_mean"]] == ""]
-    top = time_ax.get_ylim()[1] if time_ax.lines else 1.0
-    time_ax.set_ylim(0, top * (1.16 + 0.08 * len(schemes)))
-    for xx, i, r in unreached:              # one row per scheme above the data: x + "not reached"
-        y = top * (1.06 + 0.08 * i)
-        time_ax.plot([xx], [y], marker="x", ms=6, color=f"C{i}", ls="")
-        time_ax.annotate(f"0/{r[col['seeds']]}", (xx, y), fontsize=6, color=f"C{i}", ha="left", va="center",
-                         xytext=(4, 0), textcoords="offset points")
-    if unreached:
-        time_ax.text(0.5, 0.98, "x = not reached by any seed (seeds reaching / seeds)", transform=time_ax.transAxes,
-                     ha="center", va="top", fontsize=7)
-    steps = max(r[col["steps"]] for r in rows)
-    seeds = max(r[col["seeds"]] for r in rows)
-    acc_ax.set(xscale="log", xlabel="density (configured; schemes offset slightly)",
-               ylabel=f"validation accuracy after {steps} steps (top-1)",
-               title=f"final validation accuracy: mean, min-max over {seeds} seeds")
-    time_ax.set(xscale="log", xlabel="density (configured; schemes offset slightly)",
-                ylabel=f"modelled time on {cluster} to val acc {target:g} (s)",
-                title=f"time to accuracy {target:g} (mean, min-max over the seeds reaching it)")
+        acc_ax.errorbar(x, m, yerr=[m - lo, hi - m], **lk.kw(ms=3.5), capsize=2, label=rs[0][1])
+        time_points(time_ax, x, rs, col, lk)
+        unreached.append((lk, [(xx, r) for xx, r in zip(x, rs) if r[col["time_to_target_s_mean"]] == ""]))
+    mark_unreached(time_ax, unreached, col, len(schemes))
+    steps, seeds = max(r[col["steps"]] for r in rows), max(r[col["seeds"]] for r in rows)
+    acc_ax.set(xscale="log", xlabel="density (configured)", ylabel=f"val. accuracy after {steps} steps",
+               title=f"final accuracy (mean, min-max of {seeds} seeds)")
+    time_ax.set(xscale="log", xlabel="density (configured)", ylabel=f"modelled s on {cluster} to {target:g}",
+                title=f"time to accuracy {target:g}")
     for ax in (acc_ax, time_ax):
         ax.invert_xaxis()
-        ax.legend(fontsize=8)
-        ax.title.set_fontsize(9)
-        ax.tick_params(labelsize=8)
+    handles, labels = acc_ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], **style.Look(style.GREY, "none", "x").kw()))
+    style.legend_below(fig, handles, labels + ["not reached by any seed (0/seeds)"], ncol=len(labels) + 1 if wide else 2)
     quick = "QUICK PREVIEW. " if info.get("profile") == "quick" else ""
-    fig.suptitle(f"{quick}{info.get('title', 'accuracy vs density')}\nFNN-3 on the embedded MNIST digits, P = 4, "
-                 "the same warm-ups for every scheme (density max(0.004, density) in epoch 0, LR 10 epochs from "
-                 "lr / P); density 1 = the dense runs", fontsize=9)
-    fig.tight_layout()
+    fig.suptitle(textwrap.fill(f"{quick}{info.get('title', 'accuracy vs density')}", 120 if wide else 55))
     return fig
+
+
+def time_points(ax, x: np.ndarray, rs: list[list], col: dict, lk: style.Look) -> None:
+    """A scheme's time to the target (mean, whisker min-max over the seeds reaching it) at the densities some
+    seed reached it; "n/seeds" beside a point that not every seed reached."""
+    reached = [(xx, r) for xx, r in zip(x, rs) if r[col["time_to_target_s_mean"]] != ""]
+    if not reached:
+        return
+    tx = np.array([xx for xx, _ in reached])
+    tm, tlo, thi = (np.array([r[col[f"time_to_target_s_{k}"]] for _, r in reached]) for k in ("mean", "min", "max"))
+    ax.errorbar(tx, tm, yerr=[tm - tlo, thi - tm], **lk.kw(ms=3.5), capsize=2, label=rs[0][1])
+    for xx, r in reached:
+        n, total = r[col["reached"]].split("/")
+        if n != total:
+            ax.annotate(f"{n}/{total}", (xx, r[col["time_to_target_s_mean"]]), fontsize="x-small", color=lk.color,
+                        xytext=(3, 3), textcoords="offset points")
+
+
+def mark_unreached(ax, unreached: list[tuple[style.Look, list]], col: dict, n_schemes: int) -> None:
+    """One row of x per scheme above the data where no seed reached the target, "0/seeds" beside each."""
+    top = ax.get_ylim()[1] if ax.lines else 1.0
+    ax.set_ylim(0, top * (1.16 + 0.08 * n_schemes))
+    for i, (lk, points) in enumerate(unreached):
+        if points:
+            y = top * (1.06 + 0.08 * i)
+            ax.plot([xx for xx, _ in points], [y] * len(points), **style.Look(lk.color, "none", "x").kw(ms=4))
+            for xx, r in points:
+                ax.annotate(f"0/{r[col['seeds']]}", (xx, y), fontsize="xx-small", color=lk.color, ha="left",
+                            va="center", xytext=(3, 0), textcoords="offset points")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     info, rows = table(runs)
     if not rows:
         fail(f"only dense runs of the density sweep under {args.runs}; `make fig-density` trains the sparse ones")
-    for path in save(draw(info, rows), Path(args.out), "fig_density", HEADER, rows):
+    for path in style.save(lambda width: draw(info, rows, width), Path(args.out), "fig_density", HEADER, rows):
         print(f"wrote {path}")
     return 0
 

@@ -52,17 +52,19 @@ from types import ModuleType
 import torch
 
 from fig_histograms import load_u, pick_runs
-from figlib import OUT, fail, find_runs, plt, read_rows, save
+import style
+from figlib import OUT, fail, find_runs, plt, read_rows
+from matplotlib.lines import Line2D
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "fig_selection"
 COLUMNS = ["device", "threads", "dist", "d", "method", "reps", "inner", "median_ms", "min_ms", "max_ms",
            "density_target", "density_mean", "density_min", "density_max", "topk_over_method", "topk_over_method_lo",
            "topk_over_method_hi", "other_cores_max", "noisy", "repeated_rounds", "noise_threshold"]
-STYLE = {"topk": ("Top-k (exact, torch.topk)", "C0", "o"),
-         "topk_blocks": ("Top-k (exact, the lab's: block peaks)", "C4", "D"), "gaussiank": ("Gaussian-k", "C3", "s"),
-         "randomk": ("Random-k", "C7", "x"), "dgcsampling": ("DGC sampling (released: k of 1 % sample)", "C2", "^"),
-         "dgcsampling_scaled": ("DGC sampling (k scaled to the sample)", "C1", "v")}
+LABELS = {"topk": "Top-k (exact, torch.topk)", "topk_blocks": "Top-k (exact, the lab's: block peaks)",
+          "gaussiank": "Gaussian-k", "randomk": "Random-k", "dgcsampling": "DGC sampling (released: k of 1 % sample)",
+          "dgcsampling_scaled": "DGC sampling (k scaled to the sample)"}
+STYLE = {m: (label, style.look(m).color, style.look(m).marker) for m, label in LABELS.items()}   # paper_figs/style.py
 DIST_LINE = {"normal": "-", "laplace": ":"}
 
 
@@ -207,7 +209,7 @@ def real_table(rows: list[list]) -> str:
     return "\n".join(out)
 
 
-def plot_real(rows: list[list]) -> plt.Figure:
+def plot_real(rows: list[list], width: float = style.WIDTHS["col2"]) -> plt.Figure:
     """Top: median ms per vector (x) and selector; bottom: k_sent / k (log); hollow: the first density."""
     c = {name: i for i, name in enumerate(REAL_COLUMNS)}
     device = rows[0][c["device"]]
@@ -215,39 +217,45 @@ def plot_real(rows: list[list]) -> plt.Figure:
     vectors = list(dict.fromkeys((r[c["model"]], r[c["step"]]) for r in rows))
     densities = list(dict.fromkeys(r[c["density"]] for r in rows))
     labels = [f"{m}\nstep {s}" if s != "" else f"{m}\n(synthetic)" for m, s in vectors]
-    fig, (left, right) = plt.subplots(2, 1, figsize=(max(10.0, 1.2 * len(vectors)), 10), sharex=True)
+    wide = width >= 5
+    fig, axes = style.figure(width, 2, 1, 2.2 if wide else 1.8, 1.0 if wide else 1.4, sharex=True)
+    left, right = axes[0][0], axes[1][0]
     methods = [m for m in STYLE if any(r[c["method"]] == m for r in rows)]
-    width = 0.8 / (len(methods) * len(densities))
+    bar_w = 0.8 / (len(methods) * len(densities))
     for j, method in enumerate(methods):
-        label, color, marker = STYLE[method]
         for i, density in enumerate(densities):
-            off = (j * len(densities) + i + 0.5) * width - 0.4
+            off = (j * len(densities) + i + 0.5) * bar_w - 0.4
             cells = [next(r for r in rows if (r[c["model"]], r[c["step"]], r[c["density"]], r[c["method"]])
                           == (*v, density, method)) for v in vectors]
             xs = [n + off for n in range(len(vectors))]
+            lk = style.Look(style.look(method).color, "none", style.look(method).marker, filled=i > 0)
             med = [r[c["median_ms"]] for r in cells]
             left.errorbar(xs, med, yerr=spread(med, [r[c["min_ms"]] for r in cells], [r[c["max_ms"]] for r in cells]),
-                          color=color, marker=marker, ls="none", mfc="none" if i == 0 else color, capsize=2,
-                          label=f"{label}, density {density}")
-            ratio = [r[c["k_sent_over_k"]] for r in cells]
-            k = [r[c["k"]] for r in cells]
+                          **lk.kw(ms=3.5), capsize=1.5, label=f"{STYLE[method][0]}, density {density}")
+            ratio, k = [r[c["k_sent_over_k"]] for r in cells], [r[c["k"]] for r in cells]
             right.errorbar(xs, ratio, yerr=spread(ratio, [r[c["k_sent_min"]] / kk for r, kk in zip(cells, k)],
                                                   [r[c["k_sent_max"]] / kk for r, kk in zip(cells, k)]),
-                           color=color, marker=marker, ls="none", mfc="none" if i == 0 else color, capsize=2,
-                           label=f"{label}, density {density}")
-    right.axhspan(2 / 3, 4 / 3, color="0.92", zorder=0)
-    right.axhline(1.0, color="k", lw=0.8)
-    left.set(yscale="log", ylabel="compress(u) time (ms, median; bars min-max)",
-             title=f"Selection time on captured u ({device}, {rows[0][c['threads']]} threads; hollow: density "
-                   f"{densities[0]})")
-    right.set(yscale="log", ylabel="k_sent / k (mean over calls; bars min-max)",
-              title="Achieved count on captured u (grey: [2k/3, 4k/3])")
+                           **lk.kw(ms=3.5), capsize=1.5)
+    right.axhspan(2 / 3, 4 / 3, color="0.93", zorder=0, lw=0)
+    right.axhline(1.0, color=style.GREY, lw=0.8)
+    left.set(yscale="log", ylabel="compress(u) (ms)", title=f"selection time on captured u ({device}, "
+             f"{rows[0][c['threads']]} threads)")
+    right.set(yscale="log", ylabel="k_sent / k", title="achieved count (grey: [2k/3, 4k/3])")
     for ax in (left, right):
-        ax.grid(True, which="both", axis="y", alpha=0.3)
-    right.set_xticks(range(len(vectors)), labels, fontsize=8)
-    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
-    fig.tight_layout()
+        ax.grid(True, which="major", axis="y", alpha=0.3, lw=0.5)
+    right.set_xticks(range(len(vectors)), labels, rotation=0 if wide else 90)
+    method_legend(fig, methods, [f"hollow: density {densities[0]}"] + [f"filled: density {d}" for d in densities[1:]])
     return fig
+
+
+def method_legend(fig, methods: list[str], lines: list[str], handles: list | None = None) -> None:
+    """The selectors' legend (colour and marker) below the axes, what lines / fills mean above them."""
+    wide = fig.get_figwidth() >= 5
+    marks = [Line2D([], [], **style.Look(style.look(m).color, "none", style.look(m).marker).kw()) for m in methods]
+    style.legend_below(fig, marks, [STYLE[m][0] for m in methods], ncol=2 if wide else 1)
+    extra = handles or [Line2D([], [], **style.Look(style.GREY, "none", "o", filled=i > 0).kw())
+                        for i in range(len(lines))]
+    style.legend_below(fig, extra, lines, "upper center", ncol=len(lines) if wide else 1)
 
 
 def csv_rows(rows: list) -> list[list]:
@@ -263,47 +271,57 @@ def spread(center: list[float], low: list[float], high: list[float]) -> list[lis
     return [[max(c - lo, 0.0) for c, lo in zip(center, low)], [max(hi - c, 0.0) for c, hi in zip(center, high)]]
 
 
-def plot(rows: list) -> plt.Figure:
-    """Left: median ms vs d (u ~ normal, solid CPU, dashed CUDA); right: achieved density / target."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.2))
+def plot(rows: list, width: float = style.WIDTHS["col2"]) -> plt.Figure:
+    """Left: median ms vs d (u ~ normal, solid CPU, dashed CUDA; grey rings: noisy); right: achieved density /
+    target (solid u ~ normal, dotted u ~ Laplace). Single column: one above the other."""
+    wide = width >= 5
+    fig, axes = style.figure(width, 1 if wide else 2, 2 if wide else 1, 2.6 if wide else 2.0, 1.1 if wide else 1.6)
+    left, right = axes.flat
     devices = list(dict.fromkeys(r.device for r in rows))
-    for method, (label, color, marker) in STYLE.items():
+    for method in STYLE:
+        base = style.look(method)
         for device in devices:
             cells = [r for r in rows if r.method == method and r.device == device and r.dist == "normal"]
             if cells:
                 med = [r.median_ms for r in cells]
-                bars = spread(med, [r.min_ms for r in cells], [r.max_ms for r in cells])
-                left.errorbar([r.d for r in cells], med, yerr=bars, color=color, marker=marker, mfc="none", capsize=2,
-                              ls="-" if device == "cpu" else "--", label=f"{label}, {device}")
-                noisy = [r for r in cells if r.noisy is not False]
-                if noisy:
-                    left.scatter([r.d for r in noisy], [r.median_ms for r in noisy], s=90, facecolors="none",
-                                 edgecolors="0.5", linewidths=1.0, zorder=3)
-        for dist, ls in DIST_LINE.items():
-            cells = [r for r in rows if r.method == method and r.device == devices[0] and r.dist == dist]
-            if cells and method not in ("topk", "topk_blocks", "randomk"):   # these send exactly k by construction
-                t = cells[0].density_target
-                mean = [r.density_mean / t for r in cells]
-                bars = spread(mean, [r.density_min / t for r in cells], [r.density_max / t for r in cells])
-                right.errorbar([r.d for r in cells], mean, yerr=bars, color=color, marker=marker, mfc="none",
-                               capsize=2, ls=ls, label=f"{label}, u ~ {dist}")
+                left.errorbar([r.d for r in cells], med, yerr=spread(med, [r.min_ms for r in cells],
+                                                                     [r.max_ms for r in cells]),
+                              **style.Look(base.color, "-" if device == "cpu" else "--", base.marker, False).kw(ms=3.5),
+                              capsize=1.5, label=f"{STYLE[method][0]}, {device}")
+        if method not in ("topk", "topk_blocks", "randomk"):     # these send exactly k by construction
+            density_curves(right, [r for r in rows if r.method == method and r.device == devices[0]], method)
     r0 = rows[0]
-    noisy = [r for r in rows if r.noisy is not False]
-    note = ""
+    noisy = [r for r in rows if r.noisy is not False and r.dist == "normal"]
+    lines = ["CPU (left), u ~ N(0, 1) (right)", "CUDA (left)", "u ~ Laplace (right)"]
+    handles = [Line2D([], [], color=style.GREY, ls=ls) for ls in ("-", "--", ":")]
     if noisy:
-        worst = max((r.other_cores_max or 0.0) for r in noisy)
-        note = f"\nNOISY (grey circles): other processes used up to {worst:.2f} cores > {r0.noise_threshold:g}"
-    left.set(xscale="log", yscale="log", xlabel="vector size d", ylabel="compress(u) time (ms, median; bars min-max)",
-             title=f"Selection time, density {r0.density_target}, u ~ N(0, 1), {r0.threads} CPU threads{note}")
-    right.axhspan(2 / 3, 4 / 3, color="0.92", zorder=0)
-    right.axhline(1.0, color="k", lw=0.8)
-    right.set(xscale="log", xlabel="vector size d", ylabel="achieved density / target (mean; bars min-max)",
-              title=f"Achieved density ({devices[0]}; grey: [2k/3, 4k/3])")
+        left.scatter([r.d for r in noisy], [r.median_ms for r in noisy], s=60, facecolors="none",
+                     edgecolors=style.GREY, linewidths=0.8, zorder=3)
+        lines.append(f"NOISY: other processes used up to {max((r.other_cores_max or 0.0) for r in noisy):.2f} cores")
+        handles.append(Line2D([], [], **style.Look(style.GREY, "none", "o", filled=False).kw(ms=7)))
+    left.set(xscale="log", yscale="log", xlabel="vector size d", ylabel="compress(u) (ms)",
+             title=f"selection time, density {r0.density_target}, {r0.threads} threads")
+    right.axhspan(2 / 3, 4 / 3, color="0.93", zorder=0, lw=0)
+    right.axhline(1.0, color=style.GREY, lw=0.8)
+    right.set(xscale="log", xlabel="vector size d", ylabel="achieved density / target",
+              title=f"achieved density ({devices[0]}; grey: [2k/3, 4k/3])")
     for ax in (left, right):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    fig.tight_layout()
+        ax.grid(True, which="major", alpha=0.3, lw=0.5)
+    method_legend(fig, list(STYLE), lines, handles)
     return fig
+
+
+def density_curves(ax, rows: list, method: str) -> None:
+    """A selector's achieved density / target vs d, one curve per distribution of u (DIST_LINE)."""
+    base = style.look(method)
+    for dist, ls in DIST_LINE.items():
+        cells = [r for r in rows if r.dist == dist]
+        if cells:
+            t = cells[0].density_target
+            mean = [r.density_mean / t for r in cells]
+            bars = spread(mean, [r.density_min / t for r in cells], [r.density_max / t for r in cells])
+            ax.errorbar([r.d for r in cells], mean, yerr=bars, **style.Look(base.color, ls, base.marker, False).kw(ms=3.5),
+                        capsize=1.5, label=f"{STYLE[method][0]}, u ~ {dist}")
 
 
 def _extra(ap) -> None:
@@ -331,14 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["paper_figs/fig_selection.py", *(sys.argv[1:] if argv is None else argv)])
     rows = bench.run(args, command)
-    written = save(plot(rows), out, STEM, COLUMNS, csv_rows(rows))
+    written = style.save(lambda width: plot(rows, width), out, STEM, COLUMNS, csv_rows(rows))
     print(contended_report(args.results_dir))
     if args.runs is not None:
         t1 = time.perf_counter()
         noise = bench.harness.noise_from_args(args, quick=args.quick)
         real = measure_real(vectors, args.real_densities, args.methods, args.reps, noise)
         print(real_table(real))
-        written += save(plot_real(real), out, REAL_STEM, REAL_COLUMNS, real)
+        written += style.save(lambda width: plot_real(real, width), out, REAL_STEM, REAL_COLUMNS, real)
         print(f"real-u part: {len(real)} cells in {time.perf_counter() - t1:.1f} s")
     print(f"wrote {len(written)} files to {out} and {args.results_dir / 'selection.json'} in "
           f"{time.perf_counter() - t0:.1f} s ({os.cpu_count()} CPUs)")

@@ -14,7 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from figlib import save, write_csv  # noqa: E402
+import style  # noqa: E402
+from figlib import write_csv  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from scaling_model import density_label, model_scheme, paper_efficiency  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
 from ssgd.perf.iteration import iteration_time, rescale_batch, scaling_efficiency  # noqa: E402
@@ -25,7 +27,12 @@ RATIO_COLUMNS = ["profile", "network", "model_gtopk_over_dense", "model_gtopk_ov
                  "paper_gtopk_over_dense", "paper_gtopk_over_topk"]
 
 
+PARTS = (("Computation", style.BLUE), ("Compression", style.ORANGE), ("Communication", style.VERMILLION))
+
+
 def fig_breakdown(profs: list, net: AlphaBeta, out: Path) -> list[Path]:
+    """fig_breakdown_32{,_col1,_col2}.{png,pdf} and .csv: each part's share of one gTop-k iteration at 32
+    workers on `net`, the paper's (plain) and the model's (hatched) per profile; seconds per iteration above."""
     rows: list[list] = []
     labels, parts = [], []
     for prof in profs:
@@ -41,26 +48,34 @@ def fig_breakdown(profs: list, net: AlphaBeta, out: Path) -> list[Path]:
         labels.append(f"{prof.name}\nmodel")
         parts.append((t.compute_s, t.compress_s, t.comm_s))
         rows.append([prof.name, "model", bs, t.compute_s, t.compress_s, t.comm_s])
+    return style.save(lambda width: draw_breakdown(width, labels, parts), out, "fig_breakdown_32",
+                      ["profile", "source", "samples_per_iteration", "computation_s", "compression_s",
+                       "communication_s"], rows)
+
+
+def draw_breakdown(width: float, labels: list[str], parts: list[tuple]) -> plt.Figure:
+    """The stacked bars of fig_breakdown at `width` inches."""
+    wide = width >= 5
     shares = np.array([np.array(p) / sum(p) * 100 for p in parts])
-    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(labels), 4.2))
+    fig, axes = style.figure(width, 1, 1, 2.6 if wide else 2.4, 0.6 if wide else 0.9)
+    ax = axes[0][0]
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
-    for col, (name, color) in enumerate((("Computation", "C0"), ("Compression", "C1"), ("Communication", "C3"))):
+    for col, (name, color) in enumerate(PARTS):
         ax.bar(x, shares[:, col], 0.7, bottom=bottom, color=color, label=name,
-               hatch=["" if "paper" in lab else "//" for lab in labels], edgecolor="white")
+               hatch=["" if "paper" in lab else "////" for lab in labels], edgecolor="white", lw=0.3)
         bottom += shares[:, col]
     for xi, p in zip(x, parts):
-        ax.text(xi, 101, f"{sum(p):.3g}s", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(x)
-    ax.set_xticklabels(labels, fontsize=7)
+        ax.text(xi, 101, f"{sum(p):.3g}", ha="center", va="bottom", fontsize=6 if wide else 5)
+    ax.set_xticks(x, labels, rotation=0 if wide else 90)
     ax.set_ylim(0, 112)
     ax.set_ylabel("share of one iteration (%)")
-    ax.set_title("gTop-k, 32 workers, 1 GbE: paper (plain) vs model (hatched); labels: s/iteration", fontsize=9)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.tight_layout()
-    return save(fig, out, "fig_breakdown_32",
-                ["profile", "source", "samples_per_iteration", "computation_s", "compression_s", "communication_s"],
-                rows)
+    ax.set_title("gTop-k, P = 32, 1 GbE (above the bars: s per iteration)")
+    handles = [Patch(color=color, label=name) for name, color in PARTS]
+    handles += [Patch(facecolor="white", edgecolor=style.GREY, label="paper"),
+                Patch(facecolor="white", edgecolor=style.GREY, hatch="////", label="model")]
+    style.legend_below(fig, handles, [h.get_label() for h in handles], ncol=5 if wide else 3)
+    return fig
 
 
 # --- ratio table -----------------------------------------------------------------------------------

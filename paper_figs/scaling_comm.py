@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from figlib import save  # noqa: E402
+import style  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from ssgd.perf import cost  # noqa: E402
 from ssgd.perf.alphabeta import AlphaBeta  # noqa: E402
 
@@ -45,28 +46,49 @@ def comm_curves(net: AlphaBeta) -> dict[str, np.ndarray]:
     }
 
 
+SCHEME_OF = {"dense": "dense", "Top-k": "topk", "gTop-k": "gtopk"}
+# how each kind of curve is drawn: the model in the scheme's own look; the paper's closed forms dotted with x,
+# the gTop-k form published since 2019-07-09 dash-dot with +
+FORMS = {"model": ("our alpha-beta model", None, None), "paper": ("paper's closed form", ":", "x"),
+         "new": ("paper's gTop-k form since 2019-07", "-.", "+")}
+
+
+def curve_look(label: str) -> style.Look:
+    """The look of a curve of `comm_curves` by its label: colour by scheme, line and marker by form."""
+    base = style.look(SCHEME_OF[label.split(" ")[1]])
+    form = "model" if label.startswith("model") else ("new" if "(new)" in label else "paper")
+    _, ls, marker = FORMS[form]
+    return base if form == "model" else style.Look(base.color, ls, marker)
+
+
 def fig_comm(nets: list[tuple[str, AlphaBeta]], out: Path) -> list[Path]:
-    styles = {"dense": "C0", "Top-k": "C1", "gTop-k": "C2"}
-    rows: list[list] = []
-    fig, axes = plt.subplots(1, len(nets), figsize=(5.2 * len(nets), 4.0), squeeze=False)
-    for ax, (net_name, net) in zip(axes[0], nets):
-        for label, sec in comm_curves(net).items():
-            color = styles[label.split(" ")[1]]
-            model = label.startswith("model")
-            old = "(old)" in label
-            ax.plot(P_COMM, sec * 1e3, "-" if model else ("--" if old or "gTop-k" not in label else ":"),
-                    color=color, marker="o" if model else ("x" if old or "gTop-k" not in label else "+"),
-                    mfc="none", ms=7 if model else 6, lw=1.6 if model else 1.1, label=label)
-            rows += [[net_name, label, p, s * 1e3] for p, s in zip(P_COMM, sec)]
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(P_COMM)
-        ax.set_xticklabels([str(p) for p in P_COMM])
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_xlabel("workers P")
-        ax.set_ylabel("communication time (ms)")
-        ax.set_title(f"{net_name} (alpha = {net.alpha * 1e6:.4g} us, beta = {net.beta * 1e9:.4g} ns/B), "
-                     f"m = 25*2^20, rho = {RHO}", fontsize=9)
-    axes[0][0].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    return save(fig, out, "fig_comm_vs_P", ["network", "curve", "P", "milliseconds"], rows)
+    """fig_comm_vs_P{,_col1,_col2}.{png,pdf} and .csv: one panel per network (side by side; single column:
+    one above the other), colour = scheme, line and marker = model or the paper's form."""
+    rows = [[net_name, label, p, s * 1e3] for net_name, net in nets for label, sec in comm_curves(net).items()
+            for p, s in zip(P_COMM, sec)]
+
+    def draw(width: float) -> plt.Figure:
+        wide = width >= 5
+        fig, axes = style.figure(width, 1 if wide else len(nets), len(nets) if wide else 1, 2.6 if wide else 2.2,
+                                 0.8 if wide else 1.3, sharey=True)
+        for ax, (net_name, net) in zip(axes.flat, nets):
+            for label, sec in comm_curves(net).items():
+                ax.plot(P_COMM, sec * 1e3, **curve_look(label).kw(ms=4), label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(P_COMM, [str(p) for p in P_COMM])
+            ax.minorticks_off()
+            ax.grid(True, which="major", alpha=0.3, lw=0.5)
+            ax.set_xlabel("workers P")
+            ax.set_ylabel("communication time (ms)")
+            ax.set_title(f"{net_name}: alpha {net.alpha * 1e6:.3g} us, beta {net.beta * 1e9:.3g} ns/B")
+        schemes = [Line2D([], [], **style.look(s).kw(marker="None")) for s in SCHEME_OF.values()]
+        style.legend_below(fig, schemes, list(SCHEME_OF), "lower left" if wide else "lower center", ncol=3,
+                           title=f"scheme (m = 25*2^20, rho = {RHO})")
+        forms = [Line2D([], [], **style.Look(style.GREY, ls or "-", marker or "o").kw()) for _, ls, marker in
+                 FORMS.values()]
+        style.legend_below(fig, forms, [text for text, *_ in FORMS.values()], "lower right" if wide else "upper center",
+                           ncol=1 if wide else 2, title="curve")
+        return fig
+
+    return style.save(draw, out, "fig_comm_vs_P", ["network", "curve", "P", "milliseconds"], rows)

@@ -22,10 +22,10 @@ from ssgd.tools import scheme_costs as conf_schemes
 ROOT = Path(__file__).resolve().parents[1]
 NETWORKS = (("1GbE", "32x1gbe"), ("10GbE", "32x10gbe"))
 P_MODEL = tuple(2**i for i in range(2, 11))          # 4 ... 1024
-SCHEMES = (("dense", "Dense (no overlap)", "C0", "-"), ("dense_wfbp", "Dense, layer-wise WFBP", "C0", ":"),
-           ("topk", "Top-k", "C1", "-"), ("gtopk", "gTop-k", "C2", "-"), ("gaussiank", "Gaussian-k", "C3", "--"))
+# (scheme, legend label); how each is drawn: paper_figs/style.py SERIES
+SCHEMES = (("dense", "Dense (no overlap)"), ("dense_wfbp", "Dense, layer-wise WFBP"), ("topk", "Top-k"),
+           ("gtopk", "gTop-k"), ("gaussiank", "Gaussian-k"))
 PAPER_LABEL = MappingProxyType({"dense": "Dense (Horovod)", "topk": "Top-k", "gtopk": "gTop-k"})
-COLOR = MappingProxyType({"dense": "C0", "topk": "C1", "gtopk": "C2"})
 
 
 @lru_cache(maxsize=None)
