@@ -31,11 +31,11 @@ $(STAMP): pyproject.toml constraints.txt
 	scripts/simgrid/install.sh $(VENV) || echo "setup: without SimGrid (above); everything but cluster.network.engine=simgrid and the simulated figures works"
 	touch $(STAMP)
 
-simgrid: $(STAMP)  ## SimGrid's Python bindings into .venv (root + apt: python3-simgrid, ~30 s; docs/simgrid.md#install)
+simgrid: $(STAMP)  ## SimGrid's Python bindings into .venv (root + apt: python3-simgrid; docs/simgrid.md#install)
 	scripts/simgrid/install.sh $(VENV)
 
 .PHONY: simgrid-scaling
-simgrid-scaling: $(STAMP)  ## whole iterations of the paper's 5 models on simulated 32x1gbe/32x10gbe (SimGrid), P = 2..1024 -> paper_figs/measured/simgrid_scaling.csv (~4.5 min on 2 cores, 4.5 GB; docs/scaling-model.md)
+simgrid-scaling: $(STAMP)  ## whole iterations of the paper's 5 models on simulated 32x1gbe/32x10gbe (SimGrid), P = 2..1024 -> paper_figs/measured/simgrid_scaling.csv (4.5 GB; docs/scaling-model.md)
 	PYTHONPATH=src $(PY) -m ssgd.tools.simgrid_replay --all --out paper_figs/measured/simgrid_scaling.csv $(ARGS)
 
 report: $(STAMP)  ## a run's figure, or a sweep's table + overlay: make report DIR=<run or sweep dir> (docs/reports.md)
@@ -56,7 +56,7 @@ test-fast: $(STAMP)  ## the tests not marked slow, on all cores: in-process, plu
 # make faults: the fourth fault matrix of docs/faults.md replayed from the command line (scripts/faults.py); the
 # full-disk rows mount small tmpfs file systems and are skipped (with the reason) when not root.
 .PHONY: faults
-faults: $(STAMP)  ## replay docs/faults.md's fourth matrix as a user would, a table of ok / short (~3-5 min on 2 cores; root for the full-disk rows)
+faults: $(STAMP)  ## replay docs/faults.md's fourth matrix as a user would, a table of ok / short (root for the full-disk rows)
 	$(PY) scripts/faults.py $(ARGS)
 
 # Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of
@@ -95,10 +95,10 @@ bench-selection-contention: $(STAMP)  ## Top-k/Gaussian-k/Random-k/DGC quiet vs 
 bench-trainer: $(STAMP)  ## our trainer vs plain loop, vs DDP (gloo; mpi and torch backends), sparse vs dense, gTop-k call torch vs MPI, as ratios (OUT=dir)
 	$(PY) bench/trainer_vs_peers.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,024, d = 25M: wall time and peak memory (~1 min; OUT=dir)
+bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,024, d = 25M: wall time and peak memory (OUT=dir)
 	$(PY) bench/simgrid_cost.py --out-dir $(RESULTS_DIR) $(ARGS)
 
-bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (~6.5 min on 2 cores at load 9; docs/zoo.md)
+bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (docs/zoo.md)
 	PYTHONPATH=src $(PY) bench/zoo.py $(ARGS)
 
 bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases
@@ -193,13 +193,13 @@ bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by
 TB_BW = $$(sed -n 's/^SSGD_TESTBED_BW=//p' outputs/testbed/env 2>/dev/null)
 TB_UP = [ -f outputs/testbed/env ] || { echo "error: the testbed is down: make testbed-up P=4 (docs/testbed.md)"; exit 2; }
 
-simgrid-calibrate: $(STAMP)  ## SimGrid's platform of the testbed: latency + bandwidth factor fitted to the ping-pong and a P=2 dense allreduce (d=4M) -> outputs/testbed/simgrid_<BW>.yaml (~1.5 min; docs/simgrid-validation.md)
+simgrid-calibrate: $(STAMP)  ## SimGrid's platform of the testbed: latency + bandwidth factor fitted to the ping-pong and a P=2 dense allreduce (d=4M) -> outputs/testbed/simgrid_<BW>.yaml (docs/simgrid-validation.md)
 	@$(TB_UP)
 	PYTHONPATH=src $(PY) bench/testbed_comm.py --P 2 --sizes 4M --out-dir outputs/testbed/calibration
 	bw=$(TB_BW); PYTHONPATH=src $(PY) -m ssgd.tools.simgrid_calibrate --pingpong outputs/testbed/pingpong.json \
 	  --allreduce outputs/testbed/calibration/testbed_$$bw.json --bw $$bw --out outputs/testbed/simgrid_$$bw.yaml
 
-bench-testbed-simgrid: $(STAMP)  ## every collective at P=2,4, d=0.27M-61M on the testbed: measured vs SimGrid (calibrated here) vs token bucket vs alpha-beta -> docs/data/simgrid_validation.csv (~15 min at 1gbit)
+bench-testbed-simgrid: $(STAMP)  ## every collective at P=2,4, d=0.27M-61M on the testbed: measured vs SimGrid (calibrated here) vs token bucket vs alpha-beta -> docs/data/simgrid_validation.csv
 	@$(TB_UP)
 	PYTHONPATH=src $(PY) bench/testbed_simgrid.py --measure $(ARGS)
 	bw=$(TB_BW); PYTHONPATH=src $(PY) -m ssgd.tools.simgrid_calibrate --pingpong outputs/testbed/pingpong.json \
