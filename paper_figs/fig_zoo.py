@@ -4,9 +4,10 @@
 
 Reads the CSVs bench/zoo.py writes (`make bench-zoo`'s committed copy paper_figs/measured/zoo.csv, and the further
 runs of docs/zoo.md beside it, paper_figs/measured/zoo_*.csv; their rows together) and writes:
-  * fig_zoo_time.{png,pdf,csv}: one panel per (network, d): the slowest rank's simulated seconds of one call vs
-    P, one line per scheme (solid: the `heavy` gradients, dashed: `normal`; dense has no distribution);
-  * fig_zoo_bytes.{png,pdf,csv}: one panel per d: bytes sent by the busiest rank vs P (the first network's rows:
+  * fig_zoo_time{,_col1,_col2}.{png,pdf} and .csv: one panel per (network, d): the slowest rank's simulated
+    seconds of one call vs P, one line per scheme in its look of style.SERIES (filled markers: the `heavy`
+    gradients, open: `normal`; dense has no distribution);
+  * fig_zoo_bytes{,_col1,_col2}.{png,pdf} and .csv: one panel per d: bytes sent by the busiest rank vs P (the first network's rows:
     the bytes do not depend on the network), with Ok-Topk's bound 6 k (P - 1) / P words and the lower bound
     2 k (P - 1) / P words (4-byte words; our entries are 8 bytes, 2 words);
   * zoo_winners.csv: per (network, dist, d, P), the fastest scheme and its seconds;
@@ -16,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-from figlib import OUT, ROOT, plt, save, write_csv
-
-try:                                    # the shared styling, where the repository has one
-    import style  # type: ignore[import-not-found]  # noqa: F401
-except ImportError:
-    style = None
+import style  # noqa: E402
+from figlib import OUT, ROOT, write_csv  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 CSV = ROOT / "paper_figs" / "measured" / "zoo.csv"
 EXTRA = "zoo_*.csv"        # further runs beside it (docs/zoo.md: larger P, d = 61M), read when present
@@ -34,8 +33,6 @@ NUMERIC = ("d", "k", "P", "t_max_s", "t_min_s", "bytes_max", "bytes_mean", "mess
 ORDER = ("dense", "topk", "topkdsa", "gtopk", "oktopk", "oktopk_reuse")
 LABELS = {"dense": "dense", "topk": "TopkA (topk)", "topkdsa": "TopkDSA (SparCML)", "gtopk": "gTop-k",
           "oktopk": "Ok-Topk exact", "oktopk_reuse": "Ok-Topk reuse"}
-COLORS = {"dense": "tab:gray", "topk": "tab:blue", "topkdsa": "tab:purple", "gtopk": "tab:red",
-          "oktopk": "tab:green", "oktopk_reuse": "tab:olive"}
 
 
 def load(path: Path) -> list[dict]:
@@ -87,39 +84,69 @@ def crossovers(rows: list[dict], challenger: str = "oktopk_reuse", incumbent: st
 
 
 def p_axis(ax, Ps: list[float]) -> None:
-    """A log2 P axis ticked at the measured P."""
+    """A log2 P axis ticked at every fourth power of two of the measured P (labels apart at 3.3 in)."""
     from matplotlib.ticker import NullLocator
 
+    ticks = [P for P in sorted(set(Ps)) if round(math.log2(P)) % 2 == 1] or sorted(set(Ps))
     ax.set_xscale("log", base=2)
-    ax.set_xticks(Ps, [str(int(P)) for P in Ps], fontsize=7)
+    ax.set_xticks(ticks, [str(int(P)) for P in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _series(ax, pts: list, scheme: str, dist: str) -> None:
+    """One scheme's points: its look (style.SERIES), filled markers for `heavy` u, open ones for `normal`."""
+    lk = style.look(scheme)
+    ax.plot(*zip(*pts), **style.Look(lk.color, lk.ls, lk.marker, dist != "normal").kw(ms=3, lw=1.0))
+
+
+def _legends(fig, schemes: list[str], bounds: bool = False) -> None:
+    """The schemes' legend and the sources' one, outside the axes: side by side below (double column), or the
+    schemes above and the sources below (single column)."""
+    wide = fig.get_figwidth() >= 5
+    handles = [Line2D([], [], **style.look(s).kw(ms=3)) for s in schemes]
+    style.legend_below(fig, handles, [LABELS.get(s, s) for s in schemes], "lower left" if wide else "upper center",
+                       ncol=3 if wide else 2, title="scheme")
+    extra = [(Line2D([], [], **style.Look(style.GREY, "none", "o", True).kw()), "heavy-tailed u (filled)"),
+             (Line2D([], [], **style.Look(style.GREY, "none", "o", False).kw()), "normal u (open)")]
+    if bounds:
+        extra += [(Line2D([], [], color="k", ls="--", lw=1), "Ok-Topk bound 6k(P-1)/P words"),
+                  (Line2D([], [], color="k", ls=":", lw=1), "lower bound 2k(P-1)/P words")]
+    style.legend_below(fig, [h for h, _ in extra], [t for _, t in extra], "lower right" if wide else "lower center",
+                       ncol=1 if wide else 2, title="SIMULATED")
 
 
 def draw_time(rows: list[dict], out: Path) -> list[Path]:
     """fig_zoo_time (module docstring)."""
     nets = sorted({r["network"] for r in rows}, key=lambda n: float(n.rstrip("GbE")))
     ds = sorted({r["d"] for r in rows})
-    fig, axes = plt.subplots(len(nets), len(ds), figsize=(4.2 * len(ds), 3.3 * len(nets)), squeeze=False)
-    table = []
-    for i, net in enumerate(nets):
-        for j, d in enumerate(ds):
-            ax = axes[i][j]
-            for s in schemes_of(rows):
-                for dist, ls in (("-", "-"), ("heavy", "-"), ("normal", "--")):
-                    pts = sorted((r["P"], r["t_max_s"]) for r in rows
-                                 if (r["network"], r["d"], r["scheme"], r["dist"]) == (net, d, s, dist))
-                    if not pts:
-                        continue
-                    ax.plot(*zip(*pts), ls, marker=".", color=COLORS.get(s), lw=1.2 if ls == "-" else 0.8,
-                            label=LABELS.get(s, s) if dist in ("-", "heavy") else None)
-                    table += [[net, dist, int(d), s, int(P), t] for P, t in pts]
-            ax.set(yscale="log", title=f"{net}, d = {d / 1e6:g}M (simulated)",
-                   xlabel="workers P", ylabel="one call, slowest rank (s)")
-            p_axis(ax, sorted({r["P"] for r in rows}))
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7, title="solid: heavy u, dashed: normal u", title_fontsize=7)
-    fig.tight_layout()
-    return save(fig, out, "fig_zoo_time", ["network", "dist", "d", "scheme", "P", "t_max_s"], table)
+    table: list[list] = []
+
+    def draw(width: float):
+        table.clear()
+        wide = width >= 5
+        nr, nc = (len(nets), len(ds)) if wide else (len(ds), len(nets))
+        fig, axes = style.figure(width, nr, nc, 1.6 if wide else 1.35, 1.0 if wide else 1.5)
+        for i, net in enumerate(nets):
+            for j, d in enumerate(ds):
+                ax = axes[i][j] if wide else axes[j][i]
+                for s in schemes_of(rows):
+                    for dist in ("-", "heavy", "normal"):
+                        pts = sorted((r["P"], r["t_max_s"]) for r in rows
+                                     if (r["network"], r["d"], r["scheme"], r["dist"]) == (net, d, s, dist))
+                        if pts:
+                            _series(ax, pts, s, dist)
+                            table.extend([net, dist, int(d), s, int(P), t] for P, t in pts)
+                ax.set(yscale="log", title=f"{net}, d = {d / 1e6:g}M")
+                p_axis(ax, sorted({r["P"] for r in rows}))
+                ax.grid(alpha=0.3, lw=0.5)
+        for ax in axes[-1]:
+            ax.set_xlabel("workers P")
+        for ax in axes[:, 0]:
+            ax.set_ylabel("one call (s)")
+        _legends(fig, schemes_of(rows))
+        return fig
+
+    return style.save(draw, out, "fig_zoo_time", ["network", "dist", "d", "scheme", "P", "t_max_s"], table)
 
 
 def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
@@ -127,32 +154,39 @@ def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
     net = sorted({r["network"] for r in rows})[0]
     sparse = [r for r in rows if r["network"] == net and r["dist"] != "-"]
     ds = sorted({r["d"] for r in sparse})
-    fig, axes = plt.subplots(1, len(ds), figsize=(4.2 * len(ds), 3.3), squeeze=False)
-    table = []
-    for j, d in enumerate(ds):
-        ax = axes[0][j]
-        for s in schemes_of(sparse):
-            for dist, ls in (("heavy", "-"), ("normal", "--")):
-                pts = sorted((r["P"], r["bytes_max"]) for r in sparse
-                             if (r["d"], r["scheme"], r["dist"]) == (d, s, dist))
-                if pts:
-                    ax.plot(*zip(*pts), ls, marker=".", color=COLORS.get(s), lw=1.2 if ls == "-" else 0.8,
-                            label=LABELS.get(s, s) if dist == "heavy" else None)
-                    table += [[dist, int(d), s, int(P), b] for P, b in pts]
-        bounds = sorted({(r["P"], r["bound_bytes"], r["lower_bound_bytes"]) for r in sparse if r["d"] == d})
-        Ps = [b[0] for b in bounds]
-        ax.plot(Ps, [b[1] for b in bounds], "k--", lw=1, label="Ok-Topk bound 6k(P-1)/P words")
-        ax.plot(Ps, [b[2] for b in bounds], "k:", lw=1, label="lower bound 2k(P-1)/P words")
-        table += [["bound", int(d), "paper_bound", int(P), b] for P, b, _ in bounds]
-        table += [["bound", int(d), "lower_bound", int(P), lb] for P, _, lb in bounds]
-        p_axis(ax, Ps)
-        k = int(min(r["k"] for r in sparse if r["d"] == d))
-        ax.set(yscale="log", title=f"d = {d / 1e6:g}M, k = {k:,} (simulated)",
-               xlabel="workers P", ylabel="bytes sent, busiest rank")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    return save(fig, out, "fig_zoo_bytes", ["dist", "d", "scheme", "P", "bytes_max"], table)
+    table: list[list] = []
+
+    def draw(width: float):
+        table.clear()
+        wide = width >= 5
+        nr, nc = (1, len(ds)) if wide else (len(ds), 1)
+        fig, axes = style.figure(width, nr, nc, 1.8 if wide else 1.4, 1.1 if wide else 1.7)
+        for j, d in enumerate(ds):
+            ax = axes[0][j] if wide else axes[j][0]
+            for s in schemes_of(sparse):
+                for dist in ("heavy", "normal"):
+                    pts = sorted((r["P"], r["bytes_max"]) for r in sparse if (r["d"], r["scheme"], r["dist"]) == (d, s, dist))
+                    if pts:
+                        _series(ax, pts, s, dist)
+                        table.extend([dist, int(d), s, int(P), b] for P, b in pts)
+            bounds = sorted({(r["P"], r["bound_bytes"], r["lower_bound_bytes"]) for r in sparse if r["d"] == d})
+            Ps = [b[0] for b in bounds]
+            ax.plot(Ps, [b[1] for b in bounds], color="k", ls="--", lw=1)
+            ax.plot(Ps, [b[2] for b in bounds], color="k", ls=":", lw=1)
+            table.extend(["bound", int(d), "paper_bound", int(P), b] for P, b, _ in bounds)
+            table.extend(["bound", int(d), "lower_bound", int(P), lb] for P, _, lb in bounds)
+            p_axis(ax, Ps)
+            k = int(min(r["k"] for r in sparse if r["d"] == d))
+            ax.set(yscale="log", title=f"d = {d / 1e6:g}M, k = {k:,}", ylabel="bytes, busiest rank")
+            ax.grid(alpha=0.3, lw=0.5)
+        axes[-1][-1].set_xlabel("workers P")
+        if wide:
+            for ax in axes[0]:
+                ax.set_xlabel("workers P")
+        _legends(fig, schemes_of(sparse), bounds=True)
+        return fig
+
+    return style.save(draw, out, "fig_zoo_bytes", ["dist", "d", "scheme", "P", "bytes_max"], table)
 
 
 def main(argv: list[str] | None = None) -> int:

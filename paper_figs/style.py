@@ -76,6 +76,9 @@ SERIES: dict[str, Look] = {
     "topk_blocks": Look(SKY, "--", "D"),
     "dgcsampling": Look(BLACK, "-", "^"),
     "dgcsampling_scaled": Look(BLACK, "--", "v"),
+    "topkdsa": Look(PURPLE, "--", "v"),
+    "oktopk": Look(VERMILLION, "-", "D"),
+    "oktopk_reuse": Look(VERMILLION, "--", "P"),
 }
 
 

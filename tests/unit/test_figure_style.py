@@ -155,6 +155,7 @@ def SCRIPTS(runs: Path, made: Path, out: Path) -> dict[str, list[str]]:
             "fig_bounds": ["--runs", str(runs), "--out", str(out)],
             "fig_convergence": ["--runs", str(runs), "--out", str(out)],
             "fig_density": ["--runs", str(made / "density"), "--out", str(out)],
+            "fig_zoo": ["--out", str(out)],                      # the committed SIMULATED race's CSVs
             "fig_selection": ["--sizes", "1000", "4000", *quick, "--reference-d", "2000", "--real-densities", "0.01",
                               "--runs", str(made / "selection"), "--out", str(out), "--results-dir", str(out / "res")]}
 
