@@ -156,6 +156,7 @@ def _tiny_csv(path):
     zoo.write_csv(path, rows)
 
 
+@pytest.mark.slow       # a figure script (make test-fast leaves them to make test)
 def test_fig_zoo_draws_and_saves_a_tiny_csv(tmp_path):
     _tiny_csv(tmp_path / "zoo.csv")
     assert fig.main(["--csv", str(tmp_path / "zoo.csv"), "--out", str(tmp_path / "out")]) == 0
@@ -173,6 +174,7 @@ def test_fig_zoo_draws_and_saves_a_tiny_csv(tmp_path):
     assert (tmp_path / "out" / "zoo_crossover.csv").read_text().count("\n") == 5
 
 
+@pytest.mark.slow       # a figure script (make test-fast leaves them to make test)
 def test_fig_zoo_reads_several_csvs_together(tmp_path):
     """A larger-P run's CSV adds its rows: the winners cover both files' P."""
     _tiny_csv(tmp_path / "a.csv")
