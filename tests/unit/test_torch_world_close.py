@@ -17,18 +17,31 @@ import pytest
 from conftest import ROOT
 
 RANK = r"""
-import json, os, sys
+import json, os, sys, time
 import torch, torch.distributed as dist
 from ssgd.worlds.torch_dist import TorchWorld
 
 def gloo_threads():
-    names = (open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            names.append(open(f"/proc/self/task/{t}/comm").read().strip())
+        except OSError:          # a thread that ended while listed
+            pass
     return sorted(n for n in names if "gloo" in n)
+
+def started_gloo_threads(within_s=20.0):
+    # the gloo threads, once started and named: a thread names itself after it starts, so a loaded machine
+    # may list it a moment later
+    end = time.monotonic() + within_s
+    while not gloo_threads() and time.monotonic() < end:
+        time.sleep(0.05)
+    return gloo_threads()
 
 assert "torch._dynamo" not in sys.modules, "the optimizer below must be the first to import torch._dynamo"
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 world = TorchWorld.joined()
-opened = gloo_threads()
+opened = started_gloo_threads()
 torch.optim.SGD([torch.zeros(3, requires_grad=True)], lr=0.1)   # imports torch._dynamo, as the trainer's does
 world.allgather([{"step": 1}])
 world.close(together=True)
