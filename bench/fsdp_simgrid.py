@@ -29,10 +29,10 @@ def worker(P: int, d: int, density: float, cluster: str) -> list[dict]:
     from ssgd.comm.executors.simgrid import run_simgrid
     from ssgd.compress.sparse import k_of, select_topk
     from ssgd.payload import Dense
-    from ssgd.perf.platform import Platform, TcpModel, gbps
+    from ssgd.perf.platform import from_cluster
 
     sg = yaml.safe_load((ROOT / "conf" / "cluster" / f"{cluster}.yaml").read_text())["network"]["simgrid"]
-    platform = Platform(hosts=P, bandwidth=gbps(sg["bandwidth_gbps"]), latency=sg["latency_s"], tcp=TcpModel(**sg["tcp"]))
+    platform = from_cluster(sg, P)
     g = torch.Generator().manual_seed(0)
     us = [torch.randn(d, generator=g) for _ in range(P)]
     rows = []

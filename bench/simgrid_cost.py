@@ -38,10 +38,10 @@ def worker(P: int, d: int, density: float, cluster: str) -> dict:
     from ssgd.comm.collectives.gtopk import GTopKAllreduce
     from ssgd.comm.executors.simgrid import run_simgrid
     from ssgd.payload import Sparse
-    from ssgd.perf.platform import Platform, TcpModel, gbps
+    from ssgd.perf.platform import from_cluster
 
     sg = yaml.safe_load((ROOT / "conf" / "cluster" / f"{cluster}.yaml").read_text())["network"]["simgrid"]
-    platform = Platform(hosts=P, bandwidth=gbps(sg["bandwidth_gbps"]), latency=sg["latency_s"], tcp=TcpModel(**sg["tcp"]))
+    platform = from_cluster(sg, P)
     k, g, t0 = max(1, int(d * density)), torch.Generator().manual_seed(0), time.perf_counter()
     payloads = []
     for _ in range(P):

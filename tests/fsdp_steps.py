@@ -10,12 +10,13 @@ def _model(seed: int) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(20, 24), torch.nn.ReLU(), torch.nn.Linear(24, 6))
 
 
-def _steps(rank: int, model: torch.nn.Module, steps: int) -> list:
-    """SGD steps on this rank's own batches; the local shards of the gradients of the last step."""
-    from torch.distributed.fsdp import fully_shard  # noqa: F401  (the model is sharded by the caller)
-
+def _steps(rank: int, model: torch.nn.Module, steps: int, skip: int = 0) -> list:
+    """SGD steps on this rank's own batches (the first `skip` of its stream drawn and dropped: a run continued);
+    the local shards of the gradients of the last step."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(100 + rank)
+    for _ in range(skip):
+        torch.randn(16, 20, generator=g), torch.randint(0, 6, (16,), generator=g)
     grads = []
     for _ in range(steps):
         x, y = torch.randn(16, 20, generator=g), torch.randint(0, 6, (16,), generator=g)
@@ -67,20 +68,4 @@ def resume_is_bitwise(rank: int, P: int, path: str) -> dict:
     dcp.load(state, checkpoint_id=path)
     second.load_state_dict(state["model"])
     rs2.load_state_dict(state["rs"])
-    return {"want": want, "got": _steps_from(rank, second, 2, skip=2)}
-
-
-def _steps_from(rank: int, model: torch.nn.Module, steps: int, skip: int) -> list:
-    """`_steps` continued: the first `skip` batches of this rank's stream are drawn and dropped."""
-    g = torch.Generator().manual_seed(100 + rank)
-    for _ in range(skip):
-        torch.randn(16, 20, generator=g), torch.randint(0, 6, (16,), generator=g)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    grads = []
-    for _ in range(steps):
-        x, y = torch.randn(16, 20, generator=g), torch.randint(0, 6, (16,), generator=g)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        grads = [p.grad.to_local().clone().numpy() for p in model.parameters()]
-        opt.step()
-    return grads
+    return {"want": want, "got": _steps(rank, second, 2, skip=2)}

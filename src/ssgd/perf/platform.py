@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ssgd.errors import ConfigError
 
@@ -107,3 +108,22 @@ def _without_hosts(p: Platform) -> tuple:
 def gbps(value: float) -> float:
     """Bytes per second of `value` Gbit/s."""
     return value * 1e9 / 8
+
+
+def from_cluster(sg: Any, hosts: int) -> Platform:
+    """The Platform of a `cluster.network.simgrid` node (a mapping, or the typed config) with `hosts` hosts: the one
+    translation of its keys (Gbit/s to bytes/s, the TCP settings), for the trainer, the replay and the benchmarks.
+    ConfigError naming the key of a bad value."""
+    get = (lambda node, key, default=None: node.get(key, default)) if hasattr(sg, "get") else \
+        (lambda node, key, default=None: getattr(node, key, default))
+    tcp, backbone = get(sg, "tcp", {}) or {}, get(sg, "backbone_gbps")
+    bandwidth = positive(get(sg, "bandwidth_gbps"), "cluster.network.simgrid.bandwidth_gbps")
+    if backbone is not None:
+        positive(backbone, "cluster.network.simgrid.backbone_gbps")
+    return Platform(hosts=hosts, bandwidth=gbps(bandwidth), latency=float(get(sg, "latency_s")),
+                    switch=str(get(sg, "switch", "star")),
+                    backbone_bandwidth=None if backbone is None else gbps(float(backbone)),
+                    backbone_latency=float(get(sg, "backbone_latency_s", 0.0)),
+                    tcp=TcpModel(str(get(tcp, "model", "LV08")), float(get(tcp, "latency_factor", 13.01)),
+                                 float(get(tcp, "bandwidth_factor", 0.97)), float(get(tcp, "tcp_gamma", 4194304.0)),
+                                 bool(get(tcp, "crosstraffic", True))))

@@ -36,7 +36,7 @@ from ssgd.data.probe import probe
 from ssgd.errors import AlreadyFinished, ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.perf.platform import Platform, TcpModel, gbps, positive
+from ssgd.perf.platform import Platform, from_cluster
 from ssgd.loop.schedule import LRSchedule
 from ssgd.loop.stop import StopRequest
 from ssgd.loop.replica import Replicas
@@ -99,14 +99,7 @@ def platform(config: Config) -> Platform | None:
     net = config.cluster.network
     if net.engine is not NetEngine.simgrid:
         return None
-    sg, tcp = net.simgrid, net.simgrid.tcp
-    positive(sg.bandwidth_gbps, "cluster.network.simgrid.bandwidth_gbps")
-    if sg.backbone_gbps is not None:
-        positive(sg.backbone_gbps, "cluster.network.simgrid.backbone_gbps")
-    return Platform(hosts=config.cluster.world_size, bandwidth=gbps(sg.bandwidth_gbps), latency=sg.latency_s,
-                    switch=sg.switch, backbone_bandwidth=None if sg.backbone_gbps is None else gbps(sg.backbone_gbps),
-                    backbone_latency=sg.backbone_latency_s,
-                    tcp=TcpModel(tcp.model, tcp.latency_factor, tcp.bandwidth_factor, tcp.tcp_gamma, tcp.crosstraffic))
+    return from_cluster(net.simgrid, config.cluster.world_size)
 
 
 def network(cfg: DictConfig) -> AlphaBeta:

@@ -219,17 +219,10 @@ def platform_of(network: str, hosts: int) -> Any:
     """The SimGrid `Platform` of conf/cluster/<NETWORKS[network]>.yaml's network.simgrid with `hosts` hosts."""
     from omegaconf import OmegaConf
 
-    from ssgd.perf.platform import Platform, TcpModel, gbps
+    from ssgd.perf.platform import from_cluster
 
     path = Path(__file__).resolve().parents[1] / "conf" / "cluster" / f"{NETWORKS[network]}.yaml"
-    sg = OmegaConf.load(path).network.simgrid
-    tcp = sg.tcp
-    backbone = sg.get("backbone_gbps")
-    return Platform(hosts=hosts, bandwidth=gbps(sg.bandwidth_gbps), latency=float(sg.latency_s),
-                    switch=sg.switch, backbone_bandwidth=None if backbone is None else gbps(backbone),
-                    backbone_latency=float(sg.get("backbone_latency_s", 0.0)),
-                    tcp=TcpModel(tcp.model, float(tcp.latency_factor), float(tcp.bandwidth_factor),
-                                 float(tcp.tcp_gamma)))
+    return from_cluster(OmegaConf.to_container(OmegaConf.load(path).network.simgrid), hosts)
 
 
 def default_plan(network: str) -> list[tuple[str, str, int]]:
