@@ -118,6 +118,35 @@ def test_one_bucket_step_is_compute_selection_and_the_collective_alone(scheme, P
 
 
 @needs_simgrid
+@pytest.mark.parametrize("P", [2, 3, 7, 12])                # 3, 7, 12: chunks of unequal length
+@pytest.mark.parametrize("bucket_bytes", [4, 10**9])
+def test_dense_by_one_ring_step_equals_the_whole_ring_program(P, bucket_bytes):
+    whole = sr.simulate_step(TOY, "dense", P, PLATFORM, bucket_bytes=bucket_bytes, method="program")
+    stepped = sr.simulate_step(TOY, "dense", P, PLATFORM, bucket_bytes=bucket_bytes, method="ring-step")
+    assert (whole.method, stepped.method) == ("program", "ring-step")
+    assert stepped.t_iter_s == pytest.approx(whole.t_iter_s, rel=1e-12, abs=0)
+    assert stepped.comm_s == pytest.approx(whole.comm_s, rel=1e-9, abs=0)
+    assert stepped.t_iter_min_s == stepped.t_iter_s
+
+
+@needs_simgrid
+def test_dense_by_one_ring_step_is_the_ring_closed_form():
+    st = sr.simulate_step(TOY, "dense", 4, PLATFORM, bucket_bytes=10**9, method="ring-step")
+    assert st.comm_s == pytest.approx(ring_seconds(TOY.d, 4), rel=1e-9)
+
+
+def test_the_ring_step_is_for_dense_past_the_program_limit_or_on_request():
+    assert not sr.uses_ring_step("dense", sr.PROGRAM_RING_MAX, "auto")
+    assert sr.uses_ring_step("dense", sr.PROGRAM_RING_MAX + 1, "auto")
+    assert sr.uses_ring_step("dense", 2, "ring-step") and not sr.uses_ring_step("dense", 1024, "program")
+    assert not sr.uses_ring_step("gtopk", 1024, "auto")
+    with pytest.raises(ValueError, match="method='ring-step': dense only, not scheme='gtopk'"):
+        sr.uses_ring_step("gtopk", 4, "ring-step")
+    with pytest.raises(ValueError, match="method='x': allowed: auto, program, ring-step"):
+        sr.uses_ring_step("dense", 4, "x")
+
+
+@needs_simgrid
 def test_more_ranks_than_hosts_is_refused():
     with pytest.raises(ValueError, match="P=13: must be an int in 1..12"):
         sr.simulate_step(TOY, "dense", 13, PLATFORM)
@@ -138,7 +167,8 @@ def test_default_plan_covers_the_issue_grid():
     small = {(m, s, P) for m in sr.MODELS for s in sr.SCHEMES for P in sr.P_SMALL}
     assert set(sr.default_plan("10GbE")) == small
     big = set(sr.default_plan("1GbE")) - small
-    assert {s for _, s, _ in big} == {"dense", "gtopk"} and max(P for *_, P in big) == 1024
+    assert {s for _, s, _ in big} == {"dense", "gtopk"}
+    assert {P for _, s, P in big if s == "dense"} == {P for _, s, P in big if s == "gtopk"} == set(sr.P_LARGE)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ One simulated step on P hosts, every host a SimGrid actor running (docs/scaling-
   3. the collective program itself (`ssgd.comm.executors.simgrid.run_rank`, cpu="none": the network alone,
      the merges' CPU is not charged, the selection above stands for it): dense `DenseAllreduce` (a ring
      allreduce; its payload is a `meta` tensor, which travels as its size alone: the time does not depend
-     on the values), Top-k `SparseAllgather` and gTop-k `GTopKAllreduce` on synthetic k-sparse payloads,
+     on the values; past PROGRAM_RING_MAX ranks, one ring step simulated x 2(P - 1): `ring_step_seconds`), Top-k `SparseAllgather` and gTop-k `GTopKAllreduce` on synthetic k-sparse payloads,
      k = max(int(DENSITY x n), 1) random distinct indices and values per rank and bucket;
   4. the step ends when the backward and the last collective are done, plus the profile's update_s.
 
@@ -28,7 +28,7 @@ profile's plain single-worker step (`Profile.single_worker_seconds`, the paper's
                                                                                               # in a subprocess
 SimGrid keeps one platform per process, so one process simulates one network (`--network`); `--all` starts
 one subprocess per network (both at once) and merges their CSVs. The default grid is `default_plan`'s:
-every model and scheme at P_SMALL on both networks, gTop-k at P_LARGE and dense at P_LARGE_DENSE on 1 GbE.
+every model and scheme at P_SMALL on both networks, gTop-k and dense at P_LARGE on 1 GbE.
 """
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ EXTRA_SCHEMES = ("oktopk",)            # --schemes oktopk (Ok-Topk, tau = 1: eve
 NETWORKS = {"1GbE": "32x1gbe", "10GbE": "32x10gbe"}   # label -> conf/cluster/<name>.yaml
 P_SMALL = (2, 4, 8, 16, 32)
 P_LARGE = (64, 128, 256, 512, 1024)  # dense and gTop-k, 1 GbE only
-P_LARGE_DENSE = (64, 128)  # the dense ring at P >= 256: 2P(P - 1) messages, ~40 s of wall time per bucket (docs)
-COLUMNS = ("network", "profile", "scheme", "P", "buckets", "k_per_step", "t_single_s", "t_iter_s", "t_iter_min_s",
-           "comm_s", "select_s", "efficiency", "per_worker_samples_per_s", "samples_per_s", "wall_s")
+PROGRAM_RING_MAX = 128     # the dense program's 2P(P - 1) messages per bucket: ~40 s of wall time per bucket at 256
+METHODS = ("auto", "program", "ring-step")
+COLUMNS = ("network", "profile", "scheme", "P", "method", "buckets", "k_per_step", "t_single_s", "t_iter_s",
+           "t_iter_min_s", "comm_s", "select_s", "efficiency", "per_worker_samples_per_s", "samples_per_s", "wall_s")
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class _Step:
     density: float
     coll: Any
     ranks: list[list[Any]]
+    ring_step: bool
     clocks: list[float | None]
     comm: list[float]
     errors: list[tuple[int, BaseException]] = field(default_factory=list)
@@ -161,6 +163,9 @@ def _rank(step: _Step, r: int) -> None:
             if step.scheme != "dense" and bucket.select_s > 0:
                 sleep(bucket.select_s)
             rank, out = step.ranks[b][r], {"results": {}, "errors": step.errors}
+            if step.ring_step:
+                step.comm[r] += ring_step_seconds(rank, bucket.numel)
+                continue
             run_rank(rank, step.coll, payload(step.scheme, bucket.numel, step.density, seed_of(r, b)), "none", out)
             step.ranks[b][r] = None                   # the call's slots go once every rank has left it
             if r not in out["results"]:
@@ -176,6 +181,37 @@ def _rank(step: _Step, r: int) -> None:
         step.errors.append((r, err))
 
 
+def ring_step_seconds(rank: Any, numel: int) -> float:
+    """Inside rank `rank.r`'s actor: a dense ring allreduce of `numel` fp32 elements over `rank.P` ranks as ONE
+    ring step simulated (send a chunk of ceil(numel / P) elements to rank r + 1, receive one from r - 1, as
+    `SimRank.ring` does) and the rest slept: the call takes 2(P - 1) x that step. Returns those seconds.
+
+    Exact where every rank starts the call at one instant on a platform whose ranks are alike (a star, with or
+    without a backbone; the replay's dense ranks share one profile): every step then finds the links as the
+    first did. The largest chunk stands for every chunk, an upper bound by at most 4 bytes per message when P
+    does not divide numel (tests/unit/test_simgrid_replay.py checks it against the whole program)."""
+    P, sg = rank.P, rank.sg
+    if P == 1:
+        return 0.0
+    t0, size = sg.Engine.clock, 4 * -(-numel // P)
+    comm = rank.box(f"ring>{(rank.r + 1) % P}").put_async(None, size)
+    rank.box(f"ring>{rank.r}").get()
+    comm.wait()
+    sg.this_actor.sleep_for((sg.Engine.clock - t0) * (2 * (P - 1) - 1))
+    rank.log.stats.add((2 * (P - 1), 2 * (P - 1) * size))
+    return sg.Engine.clock - t0
+
+
+def uses_ring_step(scheme: str, P: int, method: str) -> bool:
+    """Whether `simulate_step` times `scheme` at P by `ring_step_seconds` (dense only; `auto`: past
+    PROGRAM_RING_MAX). ValueError for a method outside METHODS or `ring-step` for a sparse scheme."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r}: allowed: {', '.join(METHODS)}")
+    if method == "ring-step" and scheme != "dense":
+        raise ValueError(f"method='ring-step': dense only, not scheme={scheme!r}")
+    return scheme == "dense" and (method == "ring-step" or (method == "auto" and P > PROGRAM_RING_MAX))
+
+
 @dataclass(frozen=True)
 class StepTime:
     """One simulated step: the slowest and fastest rank's step and the slowest rank's collective seconds."""
@@ -185,24 +221,27 @@ class StepTime:
     comm_s: float
     buckets: int
     k_per_step: int
+    method: str = "program"
 
 
 def simulate_step(profile: Any, scheme: str, P: int, platform: Any, bucket_bytes: int = BUCKET_BYTES,
-                  density: float = DENSITY) -> StepTime:
-    """One step of `scheme` on P hosts of `platform` (module docstring). ValueError for a bad scheme or P;
-    a rank's error is raised; RuntimeError when a rank did not finish."""
+                  density: float = DENSITY, method: str = "auto") -> StepTime:
+    """One step of `scheme` on P hosts of `platform` (module docstring); dense collectives by the program or
+    by `ring_step_seconds` (`uses_ring_step`). ValueError for a bad scheme, P or method; a rank's error is
+    raised; RuntimeError when a rank did not finish."""
     from ssgd.comm.executors.simgrid import SimRank
     from ssgd.comm.executors.simgrid_engine import session
     from ssgd.compress.sparse import k_of
 
     if isinstance(P, bool) or not isinstance(P, int) or not 1 <= P <= platform.hosts:
         raise ValueError(f"P={P!r}: must be an int in 1..{platform.hosts} (the platform's hosts)")
+    ring_step = uses_ring_step(scheme, P, method)
     s, plan = session(platform), buckets(profile, bucket_bytes)
     ranks = []
     for _ in plan:
         call, slots = s.next_call(), {}
         ranks.append([SimRank(s, call, r, P, slots) for r in range(P)])
-    step = _Step(profile, scheme, P, plan, density, collective(scheme), ranks, [None] * P, [0.0] * P)
+    step = _Step(profile, scheme, P, plan, density, collective(scheme), ranks, ring_step, [None] * P, [0.0] * P)
     for r in range(P):
         s.sg.Actor.create(f"step{ranks[0][0].call}r{r}", s.hosts[r], _rank, step, r)
     s.engine.run()
@@ -212,7 +251,8 @@ def simulate_step(profile: Any, scheme: str, P: int, platform: Any, bucket_bytes
     if any(c is None for c in step.clocks):
         raise RuntimeError(f"{profile.name} {scheme} P={P}: a rank never finished its step on SimGrid")
     k = sum(b.numel if scheme == "dense" else k_of(b.numel, density) for b in plan)
-    return StepTime(max(step.clocks), min(step.clocks), max(step.comm), len(plan), k)
+    return StepTime(max(step.clocks), min(step.clocks), max(step.comm), len(plan), k,
+                    "ring-step" if ring_step else "program")
 
 
 def platform_of(network: str, hosts: int) -> Any:
@@ -226,11 +266,10 @@ def platform_of(network: str, hosts: int) -> Any:
 
 
 def default_plan(network: str) -> list[tuple[str, str, int]]:
-    """(profile, scheme, P) of `make simgrid-scaling` on `network` (module docstring; P_LARGE_DENSE)."""
+    """(profile, scheme, P) of `make simgrid-scaling` on `network` (module docstring)."""
     plan = [(m, s, P) for m in MODELS for s in SCHEMES for P in P_SMALL]
     if network == "1GbE":
-        plan += [(m, "gtopk", P) for m in MODELS for P in P_LARGE]
-        plan += [(m, "dense", P) for m in MODELS for P in P_LARGE_DENSE]
+        plan += [(m, s, P) for s in ("gtopk", "dense") for m in MODELS for P in P_LARGE]
     return plan
 
 
@@ -238,25 +277,27 @@ def row(network: str, profile: Any, scheme: str, P: int, st: StepTime, wall_s: f
     """One CSV row (COLUMNS) of a simulated step."""
     single = profile.single_worker_seconds()
     select = 0.0 if scheme == "dense" else sum(b.select_s for b in buckets(profile))
-    return {"network": network, "profile": profile.name, "scheme": scheme, "P": P, "buckets": st.buckets,
+    return {"network": network, "profile": profile.name, "scheme": scheme, "P": P, "method": st.method,
+            "buckets": st.buckets,
             "k_per_step": st.k_per_step, "t_single_s": single, "t_iter_s": st.t_iter_s,
             "t_iter_min_s": st.t_iter_min_s, "comm_s": st.comm_s, "select_s": select,
             "efficiency": single / st.t_iter_s, "per_worker_samples_per_s": profile.batch_size / st.t_iter_s,
             "samples_per_s": P * profile.batch_size / st.t_iter_s, "wall_s": wall_s}
 
 
-def run_network(network: str, plan: Sequence[tuple[str, str, int]], out: Path) -> int:
-    """Simulate every (profile, scheme, P) of `plan` on `network` in this process; write the CSV `out`."""
+def run_network(network: str, plan: Sequence[tuple[str, str, int]], out: Path, method: str = "auto") -> int:
+    """Simulate every (profile, scheme, P) of `plan` on `network` in this process (dense by `method`,
+    `uses_ring_step`); write the CSV `out`."""
     from ssgd.perf import profiles
 
     platform = platform_of(network, max(P for _, _, P in plan))
     rows = []
     for name, scheme, P in plan:
         prof, t0 = profiles.load(name), time.perf_counter()
-        st = simulate_step(prof, scheme, P, platform)
+        st = simulate_step(prof, scheme, P, platform, method=method if scheme == "dense" else "auto")
         rows.append(row(network, prof, scheme, P, st, time.perf_counter() - t0))
         print(f"[simgrid-scaling] {network} {name} {scheme} P={P}: t_iter {st.t_iter_s * 1e3:.1f} ms, "
-              f"eff {rows[-1]['efficiency']:.3f} ({rows[-1]['wall_s']:.1f} s)", file=sys.stderr, flush=True)
+              f"eff {rows[-1]['efficiency']:.3f} ({st.method}, {rows[-1]['wall_s']:.1f} s)", file=sys.stderr, flush=True)
     write_csv(out, rows)
     return 0
 
@@ -301,6 +342,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--schemes", nargs="+", choices=SCHEMES + EXTRA_SCHEMES,
                     help="schemes (default: dense, topk, gtopk; oktopk on request)")
     ap.add_argument("--P", type=int, nargs="+", help="worker counts (default: the plan of the module docstring)")
+    ap.add_argument("--dense-method", choices=METHODS, default="auto",
+                    help=f"dense collectives: the program, one ring step x 2(P - 1), or auto (the program up to "
+                         f"P = {PROGRAM_RING_MAX})")
     return ap
 
 
@@ -313,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.all:
         extra = [*(["--models", *args.models] if args.models else []),
                  *(["--schemes", *args.schemes] if args.schemes else []),
-                 *(["--P", *map(str, args.P)] if args.P else [])]
+                 *(["--P", *map(str, args.P)] if args.P else []), "--dense-method", args.dense_method]
         return run_all(args.out, extra)
     plan = [(m, s, P) for m, s, P in default_plan(args.network)
             if (not args.models or m in args.models) and (not args.schemes or s in args.schemes)]
@@ -322,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     from ssgd.comm.executors.simgrid_engine import SimGridMissing
 
     try:
-        return run_network(args.network, plan, args.out)
+        return run_network(args.network, plan, args.out, args.dense_method)
     except SimGridMissing as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
