@@ -183,7 +183,7 @@ alphabeta-testbed:  ## fit alpha/beta (by regime) by MPI ping-pong between testb
 bench-testbed: $(STAMP)  ## every scheme's collective on the testbed vs the token-bucket link model, alpha-beta and the floor -> bench/results/testbed_<BW>.csv (P=4)
 	PYTHONPATH=src $(PY) bench/testbed_comm.py $(ARGS)
 
-bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense vs Top-k vs gTop-k, 3 seeds, time to 0.90 val acc (~2.5 min at P=4)
+bench-testbed-e2e: $(STAMP)  ## FNN-3 trained on the testbed: dense, Top-k, gTop-k, Ok-Topk, TopkDSA, 3 seeds, time to 0.90 val acc (~4 min at P=4, quiet)
 	PYTHONPATH=src $(PY) bench/testbed_e2e.py $(ARGS)
 
 bench-testbed-replay: $(STAMP)  ## the paper's 5 models replayed (GPU compute by sleeping) on the testbed, dense/Top-k/gTop-k at P=2 and P: scaling efficiency -> paper_figs/measured/ (P=4)

@@ -2,7 +2,7 @@
 
 FNN-3 on the embedded MNIST digits (the lab's default run), one MPI rank per testbed host (docs/testbed.md),
 dense vs Top-k vs gTop-k (Shi et al., ICDCS 2019, arXiv:1901.04359: gTop-k S-SGD against dense and Top-k
-S-SGD), several seeds, real compute. Per run, from its metrics.jsonl and summary.json:
+S-SGD) and gTop-k's successors Ok-Topk and TopkDSA (docs/zoo.md), several seeds, real compute. Per run, from its metrics.jsonl and summary.json:
 
   * steps and training seconds to the validation accuracy target (the sum over logged intervals of
     steps x the interval's mean measured step time; start-up and evaluation excluded);
@@ -12,7 +12,7 @@ S-SGD), several seeds, real compute. Per run, from its metrics.jsonl and summary
 Printed as a table of median [min-max] over seeds per (P, scheme), written to
 <out-dir>/testbed_e2e_<BW>.csv (one row per run) and .json.
 
-    make testbed-up P=4 && make bench-testbed-e2e            # P = 4, 3 schemes x 3 seeds x 620 steps
+    make testbed-up P=4 && make bench-testbed-e2e            # P = 4, 5 schemes x 3 seeds x 620 steps
     PYTHONPATH=src python bench/testbed_e2e.py --P 4 8 --seeds 1 2 3 --steps 620 --target 0.9
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import testbed_comm as testbed  # noqa: E402
 
-SCHEMES = ("dense", "topk", "gtopk")
+SCHEMES = ("dense", "topk", "gtopk", "oktopk", "topkdsa")   # TopkA = topk; Ok-Topk exact every call (tau = 1)
 
 
 def run_one(run_dir: Path, P: int, scheme: str, seed: int, steps: int, timeout: float,

@@ -102,7 +102,7 @@ def test_dense_step_is_the_ring_closed_form_under_wait_free_backprop(P):
 
 
 @needs_simgrid
-@pytest.mark.parametrize("scheme", ["topk", "gtopk"])
+@pytest.mark.parametrize("scheme", ["topk", "gtopk", "oktopk", "topkdsa"])
 @pytest.mark.parametrize("P", [2, 4])
 def test_one_bucket_step_is_compute_selection_and_the_collective_alone(scheme, P):
     from ssgd.comm.executors.simgrid import run_simgrid

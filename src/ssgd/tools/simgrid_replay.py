@@ -15,8 +15,10 @@ One simulated step on P hosts, every host a SimGrid actor running (docs/scaling-
   3. the collective program itself (`ssgd.comm.executors.simgrid.run_rank`, cpu="none": the network alone,
      the merges' CPU is not charged, the selection above stands for it): dense `DenseAllreduce` (a ring
      allreduce; its payload is a `meta` tensor, which travels as its size alone: the time does not depend
-     on the values; past PROGRAM_RING_MAX ranks, one ring step simulated x 2(P - 1): `ring_step_seconds`), Top-k `SparseAllgather` and gTop-k `GTopKAllreduce` on synthetic k-sparse payloads,
-     k = max(int(DENSITY x n), 1) random distinct indices and values per rank and bucket;
+     on the values; past PROGRAM_RING_MAX ranks, one ring step simulated x 2(P - 1): `ring_step_seconds`),
+     Top-k `SparseAllgather` and gTop-k `GTopKAllreduce` (on request Ok-Topk `OkTopkAllreduce` and TopkDSA
+     `SparseRecursiveDoubling`) on synthetic k-sparse payloads, k = max(int(DENSITY x n), 1) random distinct
+     indices and values per rank and bucket;
   4. the step ends when the backward and the last collective are done, plus the profile's update_s.
 
 t_iter(P) is the SLOWEST rank's step (max over ranks); efficiency = t_single / t_iter(P), t_single the
@@ -49,7 +51,7 @@ BUCKET_BYTES = 25 * 2**20          # DDP's default bucket_cap_mb = 25
 DENSITY = 0.001                    # the paper's rho (conf/compressor/topk.yaml, gtopk.yaml)
 MODELS = ("vgg16", "resnet20", "alexnet", "resnet50", "lstm_ptb")
 SCHEMES = ("dense", "topk", "gtopk")   # the default plan's; `collective` also knows EXTRA_SCHEMES
-EXTRA_SCHEMES = ("oktopk",)            # --schemes oktopk (Ok-Topk, tau = 1: every call exact; docs/zoo.md)
+EXTRA_SCHEMES = ("oktopk", "topkdsa")  # on request: Ok-Topk (tau = 1: every call exact), SparCML's TopkDSA (docs/zoo.md)
 NETWORKS = {"1GbE": "32x1gbe", "10GbE": "32x10gbe"}   # label -> conf/cluster/<name>.yaml
 P_SMALL = (2, 4, 8, 16, 32)
 P_LARGE = (64, 128, 256, 512, 1024)  # dense and gTop-k, 1 GbE only
@@ -100,8 +102,10 @@ def collective(scheme: str) -> Any:
     from ssgd.comm.collectives.dense import DenseAllreduce
     from ssgd.comm.collectives.gtopk import GTopKAllreduce
     from ssgd.comm.collectives.oktopk import OkTopkAllreduce
+    from ssgd.comm.collectives.sparcml import SparseRecursiveDoubling
 
-    kinds = {"dense": DenseAllreduce, "topk": SparseAllgather, "gtopk": GTopKAllreduce, "oktopk": OkTopkAllreduce}
+    kinds = {"dense": DenseAllreduce, "topk": SparseAllgather, "gtopk": GTopKAllreduce, "oktopk": OkTopkAllreduce,
+             "topkdsa": SparseRecursiveDoubling}
     if scheme not in kinds:
         raise ValueError(f"scheme={scheme!r}: allowed: {', '.join(kinds)}")
     return kinds[scheme]()
@@ -340,7 +344,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, required=True, help="CSV to write")
     ap.add_argument("--models", nargs="+", choices=MODELS, help="profiles (default: all five)")
     ap.add_argument("--schemes", nargs="+", choices=SCHEMES + EXTRA_SCHEMES,
-                    help="schemes (default: dense, topk, gtopk; oktopk on request)")
+                    help="schemes (default: dense, topk, gtopk; oktopk and topkdsa on request)")
     ap.add_argument("--P", type=int, nargs="+", help="worker counts (default: the plan of the module docstring)")
     ap.add_argument("--dense-method", choices=METHODS, default="auto",
                     help=f"dense collectives: the program, one ring step x 2(P - 1), or auto (the program up to "
