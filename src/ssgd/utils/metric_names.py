@@ -152,8 +152,11 @@ def markdown() -> str:
     out += ["", "`time/*`, `throughput/here` and `wall_s` are measured here and move with this host's load. "
             "`target/*` and `throughput/target` come from the target's compute profile (`src/ssgd/perf/profiles`: "
             "the gTop-k paper's GPU, chosen by the model's parameter count) and the network model only, so the "
-            "same config gives the same target time under any load. A model no profile describes has no "
-            "target compute: `target/iter_s` is absent and the run ends with one line saying so.", "",
+            "same config gives the same target time under any load. Every cluster's workers are taken to be that GPU "
+            "(`cluster=local` too); the selection time is the profile's for the compressor's selection cost kind; "
+            "with `cluster.network.engine=simgrid` the communication is SimGrid's network time alone. A model no "
+            "profile describes has no target compute: `target/iter_s` is absent and the run ends with one line "
+            "saying so.", "",
             "## Kinds", ""]
     out += [f"- **{k}**: {text}" for k, text in KINDS.items()]
     out += ["", "## Keys", "", "| key | unit | kind | clock | meaning |", "|---|---|---|---|---|"]
