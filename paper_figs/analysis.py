@@ -83,11 +83,11 @@ def epoch_delta(epochs: Sequence[float], err_scheme: Sequence[float],
     return keys, np.array([a[e == k].mean() / b[e == k].mean() for k in keys])
 
 
-def modelled_time(steps: Sequence[int], iter_model_s: Sequence[float]) -> np.ndarray:
+def modelled_time(steps: Sequence[int], iter_s: Sequence[float]) -> np.ndarray:
     """Cumulative modelled wall time at each metrics record: records hold interval means over the
     steps since the previous record, so time = sum of mean * (step - previous step)."""
     s = np.asarray(steps, dtype=np.float64)
-    return np.cumsum(np.asarray(iter_model_s, dtype=np.float64) * np.diff(s, prepend=0.0))
+    return np.cumsum(np.asarray(iter_s, dtype=np.float64) * np.diff(s, prepend=0.0))
 
 
 def interval_lengths(steps: Sequence[int]) -> np.ndarray:
@@ -113,11 +113,11 @@ def step_mean(steps: Sequence[int], values: Sequence[float]) -> float:
     return float(np.sum(w * np.asarray(values, dtype=np.float64)) / np.sum(w)) if w.sum() > 0 else math.nan
 
 
-def time_at(steps: Sequence[int], iter_model_s: Sequence[float], at: Sequence[float]) -> np.ndarray:
+def time_at(steps: Sequence[int], iter_s: Sequence[float], at: Sequence[float]) -> np.ndarray:
     """Cumulative modelled time after step `at` (0 at step 0), linear within a record's interval
     (exact at the records' own steps, where it equals `modelled_time`)."""
     s = np.concatenate([[0.0], np.asarray(steps, dtype=np.float64)])
-    t = np.concatenate([[0.0], modelled_time(steps, iter_model_s)])
+    t = np.concatenate([[0.0], modelled_time(steps, iter_s)])
     return np.interp(np.asarray(at, dtype=np.float64), s, t)
 
 

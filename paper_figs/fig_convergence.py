@@ -12,14 +12,14 @@ densities, when a compressor ran at several), with targets from --target-acc.
 Seeds aggregate: each series is one legend entry, its mean over seeds as a line and the min-max over
 seeds as a band. The legend gives the configured density and the achieved one (density/achieved averaged
 over all training steps, then over seeds). Panels: training loss vs epoch; validation accuracy vs epoch;
-validation accuracy vs modelled time on the run's cluster (cumulative time/iter_model_s: this machine's
-measured compute and compression plus the alpha-beta time of the collective on the target network); and
-the modelled time to reach the figure's target validation accuracy (mean, min-max over seeds; seeds that
-never reach it are counted, not averaged in).
+validation accuracy vs modelled time on the run's cluster (cumulative target/iter_s: the target's compute
+profile plus the alpha-beta time of the collective on the target network, docs/metrics.md; for a model that
+no compute profile describes, such as FNN-3, the small CNN and the LSTM, cumulative target/comm_s, the
+communication alone, and the axes say so); and the modelled time to reach the figure's target validation
+accuracy (mean, min-max over seeds; seeds that never reach it are counted, not averaged in).
 
-The modelled time is only as steady as this machine's timings: on a shared machine the measured compute
-varies with the load (convergence_summary.csv gives its range over the runs: compute_ms_*); the steps to
-the target and the communication part (hatched) do not.
+The modelled time does not depend on this machine's load (nothing in it is measured here); the measured
+compute is reported beside it (convergence_summary.csv: compute_ms_*).
 
 Writes, per figure F, fig_convergence_F{,_col1,_col2}.{png,pdf} (paper_figs/style.py) and fig_convergence_F.csv
 (the plotted means and bands) and, for all figures,
@@ -46,6 +46,12 @@ from figlib import OUT, RUNS, Run, find_runs, mean_range, plt, read_json, read_r
 ORDER = ("dense", "topk", "gtopk", "gaussiank", "randomk", "dgcsampling")
 
 
+def clock_key(train: list[dict]) -> str:
+    """target/iter_s when every train record has it (the model has a target compute profile), else
+    target/comm_s (the communication on the target alone)."""
+    return "target/iter_s" if train and all("target/iter_s" in m for m in train) else "target/comm_s"
+
+
 @dataclass
 class SeedRun:
     """The numbers of one run that the figure needs."""
@@ -65,25 +71,25 @@ class SeedRun:
     achieved: float             # mean over steps of density/achieved
     achieved_steady: float      # the same after the density warm-up
     phases: list                # (first step, last step, achieved / target) of the warm-up and 3 later spans
-    iter_model_s: float         # mean modelled seconds per iteration
+    target_s: float             # mean modelled seconds per iteration (of `clock_key`)
 
     @classmethod
     def of(cls, run: Run) -> SeedRun:
         train = [m for m in run.metrics if "train/loss" in m]
         val = [m for m in run.metrics if "val/acc" in m]
         steps = [m["step"] for m in train]
-        iter_s = [m["time/iter_model_s"] for m in train]
+        iter_s = [m[clock_key(train)] for m in train]
         val_steps = np.array([m["step"] for m in val], dtype=np.float64)
         return cls(run, int(run.config.seed), np.array(steps, dtype=np.float64),
                    np.array([m["epoch"] for m in train]), np.array([m["train/loss"] for m in train]),
-                   np.array(iter_s, dtype=np.float64), np.array([m["time/comm_model_s"] for m in train]),
+                   np.array(iter_s, dtype=np.float64), np.array([m["target/comm_s"] for m in train]),
                    an.modelled_time(steps, iter_s), val_steps, np.array([m["epoch"] for m in val]),
                    np.array([m["val/acc"] for m in val]), an.time_at(steps, iter_s, val_steps),
                    an.step_mean(steps, [m["density/achieved"] for m in train]),
                    an.steady_density(steps, [m["density/achieved"] for m in train],
-                                     [m["density/target"] for m in train], run.density),
+                                     [m["density/scheduled"] for m in train], run.density),
                    an.density_phases(steps, [m["density/achieved"] for m in train],
-                                     [m["density/target"] for m in train], run.density),
+                                     [m["density/scheduled"] for m in train], run.density),
                    an.step_mean(steps, iter_s))
 
     def to_target(self, target: float) -> tuple[int | None, float, float]:
@@ -239,8 +245,8 @@ def summary_row(fig_name: str, s: Series, cluster: str, target: float, reached: 
             float(np.mean([r.achieved_steady for r in s.runs])),
             float(np.mean(final)), min(final), max(final), float(np.mean(best)), target, f"{n_hit}/{len(s.runs)}",
             *(_mean_min_max(st_hit) + _mean_min_max(ts) + _mean_min_max(comm)),
-            1e3 * float(np.mean([r.iter_model_s for r in s.runs])),
-            1e3 * float(np.mean([r.run.summary.get("time/comm_model_s", math.nan) for r in s.runs])),
+            1e3 * float(np.mean([r.target_s for r in s.runs])),
+            1e3 * float(np.mean([r.run.summary.get("target/comm_s", math.nan) for r in s.runs])),
             *[1e3 * v for v in _mean_min_max([r.run.summary.get("time/compute_s", math.nan) for r in s.runs])]]
 
 
@@ -251,8 +257,10 @@ def style_panels(axes, series: list[Series], cluster: str, target: float) -> Non
     axes[0].set(xlabel="epoch", ylabel="training loss", yscale="log",
                 title="training loss")
     axes[1].set(xlabel="epoch", ylabel="validation accuracy (top-1)", title="validation accuracy")
-    axes[2].set(xlabel=f"modelled time on {cluster} (s)", ylabel="validation accuracy (top-1)",
-                title="validation accuracy vs modelled time")
+    what = "modelled time" if all(clock_key([m for m in r.run.metrics if "train/loss" in m]) == "target/iter_s"
+                                  for s in series for r in s.runs) else "modelled communication time"
+    axes[2].set(xlabel=f"{what} on {cluster} (s)", ylabel="validation accuracy (top-1)",
+                title=f"validation accuracy vs {what}")
     lo = min(float(np.min(r.val_acc)) for s in series for r in s.runs)
     # from 0.12 below the target, lower where a series ends below that (its curve stays in view)
     finals = [float(np.mean([r.val_acc[-1] for r in s.runs])) for s in series]
@@ -260,7 +268,7 @@ def style_panels(axes, series: list[Series], cluster: str, target: float) -> Non
         ax.set_ylim(max(lo, min(target - 0.12, min(finals) - 0.05)), None)
     axes[3].set_yticks(range(len(series)), [textwrap.shorten(s.label, 22, placeholder="...")
                                             for s in reversed(series)])
-    axes[3].set(xlabel=f"modelled time to accuracy {target:g} (s)", ylabel="scheme",
+    axes[3].set(xlabel=f"{what} to accuracy {target:g} (s)", ylabel="scheme",
                 title=f"time to {target:g} (hatched: communication)")
     axes[3].set_xlim(0, axes[3].get_xlim()[1] * 1.6)
 
@@ -276,8 +284,8 @@ SUMMARY_HEADER = ["figure", "series", "label", "scheme", "seeds", "steps", "clus
                   "density_achieved_after_warmup", "final_val_acc_mean", "final_val_acc_min", "final_val_acc_max",
                   "best_val_acc_mean", "target_acc", "reached", "steps_to_target_mean", "steps_to_target_min",
                   "steps_to_target_max", "time_to_target_s_mean", "time_to_target_s_min", "time_to_target_s_max",
-                  "comm_to_target_s_mean", "comm_to_target_s_min", "comm_to_target_s_max", "iter_model_ms",
-                  "comm_model_ms", "compute_ms_mean", "compute_ms_min", "compute_ms_max"]
+                  "comm_to_target_s_mean", "comm_to_target_s_min", "comm_to_target_s_max", "target_time_ms",
+                  "target_comm_ms", "compute_ms_mean", "compute_ms_min", "compute_ms_max"]
 
 
 PHASE_HEADER = ["figure", "series", "label", "seeds", "phase", "first_step", "last_step",
@@ -344,8 +352,9 @@ def findings(out: Path) -> list[str]:
         rs = [r for r in rows if r["figure"] == fig]
         r0 = rs[0]
         lines += [f"- `{fig}`: {r0['seeds']} seeds, {r0['steps']} steps, target {float(r0['target_acc']):g} validation "
-                  f"accuracy; mean [min, max] over seeds; modelled time on {r0['cluster']} (this machine's measured "
-                  "compute + alpha-beta communication; the communication part in parentheses)", "",
+                  f"accuracy; mean [min, max] over seeds; modelled time on {r0['cluster']} (the target's compute "
+                  "profile + alpha-beta communication, or the communication alone for a model without a profile: "
+                  "docs/metrics.md; the communication part in parentheses)", "",
                   "  | scheme | density configured / achieved (after warm-up) | final val acc | best val acc | "
                   "seeds reaching target | steps to target | modelled s to target (comm s) |",
                   "  |---|---|---|---|---|---|---|"]

@@ -219,7 +219,7 @@ def matched_density(out: Path, names: list[str]) -> tuple[float, list[float]]:
         cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
         records = [m for m in read_jsonl(run / "metrics.jsonl") if "density/achieved" in m]
         values.append(an.steady_density([m["step"] for m in records], [m["density/achieved"] for m in records],
-                                        [m["density/target"] for m in records], cfg["compressor"]["density"]))
+                                        [m["density/scheduled"] for m in records], cfg["compressor"]["density"]))
         warmup = list(cfg["compressor"]["density_warmup"] or [])
     return sum(values) / len(values), warmup
 

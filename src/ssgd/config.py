@@ -142,8 +142,8 @@ def config_errors(key: str, make: Callable[[], T], node: Any = None) -> T:
 class NetEngine(Enum):
     """How the target cluster's network is timed (`cluster.network.engine`)."""
 
-    alphabeta = "alphabeta"   # closed forms of ssgd.perf.cost (time/comm_model_s only)
-    simgrid = "simgrid"       # every collective also runs on SimGrid: time/comm_sim_s (docs/simgrid.md)
+    alphabeta = "alphabeta"   # closed forms of ssgd.perf.cost (target/comm_s only)
+    simgrid = "simgrid"       # every collective also runs on SimGrid: target/comm_sim_s (docs/simgrid.md)
 
 
 @dataclass

@@ -21,13 +21,15 @@ def run(tmp_path: Path, *overrides: str, timeout: int = 300) -> subprocess.Compl
 def test_run_writes_metrics_summary_config_and_offline_wandb(tmp_path):
     proc = run(tmp_path, "trainer.epochs=1", "compressor=gtopk", "cluster=32x1gbe", "trainer.batch_size=16")
     assert proc.returncode == 0, proc.stderr
-    assert "final val accuracy" in proc.stdout and "modelled time per iteration on 32x1gbe" in proc.stdout
+    # FNN-3 has no compute profile of the target's GPU: its communication is modelled, its iteration is not
+    assert "final val accuracy" in proc.stdout and "modelled communication per iteration on 32x1gbe" in proc.stdout
+    assert "no modelled time per iteration on 32x1gbe" in proc.stdout
     out = tmp_path / "run"
     assert (out / ".hydra" / "config.yaml").is_file()
     summary = json.loads((out / "summary.json").read_text())
-    for key in ("val/acc", "val/loss", "steps", "wall_s", "time/iter_model_s", "time/comm_model_s",
-                "throughput_model", "world_size"):
+    for key in ("val/acc", "val/loss", "steps", "wall_s", "target/comm_s", "throughput/here", "world_size"):
         assert key in summary, key
+    assert "target/iter_s" not in summary and "throughput/target" not in summary
     assert summary["world_size"] == 32 and summary["compressor"] == "gtopk"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("val/acc" in row for row in rows) and any("train/loss" in row for row in rows)

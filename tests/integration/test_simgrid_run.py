@@ -31,13 +31,16 @@ def test_a_simgrid_run_trains_the_same_bits_and_logs_simulated_time(tmp_path):
     assert "simulated communication per iteration on 32x1gbe (SimGrid)" in sim.stdout
     a, b = records(tmp_path / "sim"), records(tmp_path / "ref")
     steps = [r for r in a if "train/loss" in r]
-    assert len(steps) == 6 and all(r["time/comm_sim_s"] > 0 for r in steps)
-    assert not any("time/comm_sim_s" in r for r in b)
-    for key in ("train/loss", "comm/bytes_sent", "comm/messages", "density/achieved", "time/comm_model_s"):
+    assert len(steps) == 6 and all(r["target/comm_sim_s"] > 0 for r in steps)
+    assert not any("target/comm_sim_s" in r for r in b)
+    for key in ("train/loss", "comm/bytes_sent", "comm/messages", "density/achieved", "target/comm_s"):
         assert [r[key] for r in steps] == [r[key] for r in b if "train/loss" in r], key
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     assert summary["val/loss"] == json.loads((tmp_path / "ref" / "summary.json").read_text())["val/loss"]
-    assert summary["time/comm_sim_s"] > 0
+    assert summary["target/comm_sim_s"] > 0
+    # the network alone, no CPU time of this host (the target clock): gTop-k's tree never shares a link, so
+    # SimGrid's time is the closed form's (with this host's merge CPU charged it was 27 % above)
+    assert summary["target/comm_sim_s"] == pytest.approx(summary["target/comm_s"], rel=1e-4)
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:

@@ -36,14 +36,14 @@ def fake_run(root: Path, series: str, seed: int, scheme: str, density: float, va
     for i, step in enumerate(STEPS):
         warm = i < 2 and scheme != "dense"
         records.append({"step": step, "epoch": step / 10, "train/loss": 1.0 / step,
-                        "density/target": 0.004 if warm else (1.0 if scheme == "dense" else density),
+                        "density/scheduled": 0.004 if warm else (1.0 if scheme == "dense" else density),
                         "density/achieved": 1.0 if scheme == "dense" else achieved[0 if warm else 1],
-                        "time/iter_model_s": iter_s, "time/comm_model_s": comm_s})
+                        "target/iter_s": iter_s, "target/comm_s": comm_s})
         if step % 20 == 0:
             records.append({"step": step, "epoch": float(step // 10), "val/acc": val_acc[step // 20 - 1]})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (run / "summary.json").write_text(json.dumps({"compressor": scheme, "dataset": "mnist_embedded", "world_size": 4,
-                                                  "cluster": "4x1gbe", "time/comm_model_s": comm_s,
+                                                  "cluster": "4x1gbe", "target/comm_s": comm_s,
                                                   "time/compute_s": 0.005, "val/acc": val_acc[-1]}))
     (run / "run_info.json").write_text(json.dumps({"figure": figure, "title": "a test", "series": series,
                                                    "label": label or series, "seed": seed, "profile": "full",

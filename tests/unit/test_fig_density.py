@@ -31,8 +31,8 @@ def fake_run(root: Path, scheme: str, density: float, seed: int, val_acc: list[f
     OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
     records = []
     for step in STEPS:
-        records.append({"step": step, "epoch": step / 10, "train/loss": 1.0 / step, "density/target": density,
-                        "density/achieved": achieved, "time/iter_model_s": iter_s, "time/comm_model_s": comm_s})
+        records.append({"step": step, "epoch": step / 10, "train/loss": 1.0 / step, "density/scheduled": density,
+                        "density/achieved": achieved, "target/iter_s": iter_s, "target/comm_s": comm_s})
         if step % 20 == 0:
             records.append({"step": step, "epoch": step / 10, "val/acc": val_acc[step // 20 - 1]})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

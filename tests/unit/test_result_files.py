@@ -16,9 +16,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def fake_run(run_dir, overrides, acc, compressor):
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    rows = [{"step": s, "train/loss": 2.0 / s, "train/acc": acc * s / 20, "density/target": 0.01,
-             "density/achieved": 0.0099, "comm/bytes_sent": 800.0, "time/step_s": 0.01, "time/iter_model_s": 0.004,
-             "time/comm_model_s": 0.001, "lr": 0.1} for s in (10, 20)] + [{"step": 20, "val/acc": acc, "val/loss": 1.0}]
+    rows = [{"step": s, "train/loss": 2.0 / s, "train/acc": acc * s / 20, "density/scheduled": 0.01,
+             "density/achieved": 0.0099, "comm/bytes_sent": 800.0, "time/step_s": 0.01, "target/iter_s": 0.004,
+             "target/comm_s": 0.001, "lr": 0.1} for s in (10, 20)] + [{"step": 20, "val/acc": acc, "val/loss": 1.0}]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / "summary.json").write_text(json.dumps({"compressor": compressor, "world_size": 4, "steps": 20,
                                                       "val/acc": acc, "val/loss": 1.0, "wall_s": 1.5}))

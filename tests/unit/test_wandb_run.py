@@ -81,8 +81,8 @@ def test_hydra_context_reads_the_saved_hydra_config(tmp_path):
 
 
 def test_final_values_do_not_overwrite_the_defined_summaries():
-    out = wandb_run.final_summary({"val/acc": 0.9, "val/ppl": 80.0, "steps": 3, "throughput_model": 1.0})
-    assert out == {"final/val/acc": 0.9, "final/val/ppl": 80.0, "steps": 3, "throughput_model": 1.0}
+    out = wandb_run.final_summary({"val/acc": 0.9, "val/ppl": 80.0, "steps": 3, "throughput/target": 1.0})
+    assert out == {"final/val/acc": 0.9, "final/val/ppl": 80.0, "steps": 3, "final/throughput/target": 1.0}
 
 
 

@@ -94,7 +94,7 @@ def u_statistics(u: Tensor, payload: Payload, sent: Payload, density: float,
     return {"k": k, "d": d, "u/norm2": norm2, **errors,
             **{"ratio/" + key[4:]: (v / norm2 if norm2 > 0 else float("nan")) for key, v in errors.items()},
             "bound/linear": 1 - k / d, "bound/square": (1 - k / d) ** 2,
-            **moments(u), "density/target": density, "density/achieved": payload.count / d}
+            **moments(u), "density/scheduled": density, "density/achieved": payload.count / d}
 
 
 def ijcai_parts(x: Tensor, aggregated: Tensor, density: float, generator: torch.Generator) -> dict[str, float]:

@@ -8,6 +8,7 @@ from ssgd.comm.base import Collective
 from ssgd.loop.replica import LocalStats
 from ssgd.loop.sync import Synced
 from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.perf.target import TargetCompute
 
 
 @dataclass(frozen=True)
@@ -36,27 +37,39 @@ def rank_metrics(synced: Synced[LocalStats], stop: int) -> list[RankMetrics]:
 
 
 def step_metrics(rows: list[RankMetrics], density: float, d: int, collective: Collective, net: AlphaBeta,
-                 wall: tuple[float, float, float], simulated: bool = False) -> dict[str, float]:
-    """Metrics of one step over all P ranks' `rows`; wall = (compute phase, collective, update) seconds;
-    the modelled communication is `collective`'s on the network `net`. `simulated`: the collective ran on
-    SimGrid, and `time/comm_sim_s` is the slowest rank's simulated seconds in it."""
+                 wall: tuple[float, float, float], simulated: bool = False,
+                 target: TargetCompute | None = None) -> dict[str, float]:
+    """Metrics of one step over all P ranks' `rows` (keys: `ssgd.utils.metric_names`); wall = (compute
+    phase, collective, update) seconds measured here. Two clocks, never mixed: `time/*` are this host's
+    seconds, `target/*` the target cluster's: `collective`'s alpha-beta time on the network `net` for the
+    step's counts, and with `target` (the target's compute, `ssgd.perf.target`; None: no profile) the
+    target's iteration. `simulated`: the collective ran on SimGrid, `target/comm_sim_s` is the slowest rank's
+    simulated seconds in it and the target's iteration uses it."""
     P, counts, sent = len(rows), [m.count for m in rows], [m.bytes_sent for m in rows]
     comm_model = collective.model_seconds(net, P, d, counts)
-    compute_s, compress_s = sum(m.compute_s for m in rows) / P, sum(m.compress_s for m in rows) / P
-    iter_model = compute_s + compress_s + comm_model + wall[2]
-    samples = sum(m.samples for m in rows)
-    sim = {"time/comm_sim_s": max(m.sim_s for m in rows)} if simulated else {}
-    return sim | {
+    comm_sim = max(m.sim_s for m in rows)
+    here = {
         "train/loss": sum(m.loss for m in rows) / P,
-        "train/acc": sum(m.correct for m in rows) / samples,
-        "density/target": density, "density/achieved": sum(counts) / (P * d),
-        "comm/bytes_sent": max(sent), "comm/bytes_sent_total": sum(sent),
+        "train/acc": sum(m.correct for m in rows) / sum(m.samples for m in rows),
+        "density/scheduled": density, "density/achieved": sum(counts) / (P * d),
+        "comm/bytes_sent": max(sent), "comm/bytes_all_ranks": sum(sent),
         "comm/messages": max(m.messages for m in rows),
-        "time/compute_s": compute_s, "time/compress_s": compress_s, "time/comm_s": wall[1],
+        "time/compute_s": sum(m.compute_s for m in rows) / P, "time/compress_s": sum(m.compress_s for m in rows) / P,
+        "time/comm_s": wall[1],
         "time/comm_min_s": min(m.comm_s for m in rows), "time/comm_max_s": max(m.comm_s for m in rows),
         "time/staging_s": max(m.staging_s for m in rows), "time/update_s": wall[2], "time/step_s": sum(wall),
-        "time/comm_model_s": comm_model,
-        "time/iter_model_s": iter_model,
-        "throughput/measured": samples / max(sum(wall), 1e-12),          # samples per second
-        "throughput/model": samples / max(iter_model, 1e-12),
     }
+    return here | target_metrics(comm_model, comm_sim if simulated else None, target)
+
+
+def target_metrics(comm_model: float, comm_sim: float | None, target: TargetCompute | None) -> dict[str, float]:
+    """The `target/*` metrics of one step: the alpha-beta communication, SimGrid's when simulated (not
+    None), and the target's compute and iteration when it has a profile (`target`)."""
+    out = {"target/comm_s": comm_model}
+    if comm_sim is not None:
+        out["target/comm_sim_s"] = comm_sim
+    if target is not None:
+        out |= {"target/compute_s": target.compute_s, "target/compress_s": target.compress_s,
+                "target/update_s": target.update_s,
+                "target/iter_s": target.iteration_seconds(comm_model if comm_sim is None else comm_sim)}
+    return out

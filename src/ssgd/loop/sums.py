@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-SUMMARY_PREFIXES = ("time/", "comm/", "density/")
+SUMMARY_PREFIXES = ("time/", "target/", "comm/", "density/")
 """The step metrics whose run-long means the summary reports."""
 
 

@@ -41,6 +41,7 @@ from ssgd.loop.stop import StopRequest, exit_status, meaning
 from ssgd.loop.sums import RunningSums
 from ssgd.loop.sync import Observer, Synced, SyncStep
 from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.perf.target import TargetCompute
 from ssgd.utils.metrics import MetricWriter
 from ssgd.utils.progress import Progress
 from ssgd.worlds.base import World
@@ -49,8 +50,9 @@ from ssgd.worlds.base import World
 @dataclass(frozen=True)
 class TrainerParts:
     """What a Trainer runs on: the world, the data and its per-rank batches, the local replicas, the sync
-    step over their parameters, the optimizer over the same parameters with its LR schedule, and the
-    network of the target cluster (the modelled communication time of each step)."""
+    step over their parameters, the optimizer over the same parameters with its LR schedule, the
+    network of the target cluster (the modelled communication time of each step) and the target's compute
+    (`ssgd.perf.target`; None: no profile describes this model, so the run has no target iteration time)."""
 
     world: World
     data: TensorData
@@ -60,6 +62,7 @@ class TrainerParts:
     optimizer: torch.optim.Optimizer
     schedule: LRSchedule
     net: AlphaBeta
+    target: TargetCompute | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,14 @@ class RunOutput:
     capture: Capture | None = None
 
 
+def throughputs(means: dict[str, float], samples: int) -> dict[str, float]:
+    """Samples per second on each clock over a window whose mean step times are `means` (a record's
+    interval, or the run): `samples` (all ranks' samples of one step) / the mean step; a clock whose step
+    time is absent or 0 gives no key."""
+    clocks = (("throughput/here", "time/step_s"), ("throughput/target", "target/iter_s"))
+    return {name: samples / means[key] for name, key in clocks if means.get(key)}
+
+
 class Trainer:
     """Runs S-SGD for one scheme on one world; `fit()` returns the summary (also written)."""
 
@@ -81,6 +92,7 @@ class Trainer:
                  stop: StopRequest | None = None) -> None:
         self.cfg, self.out = cfg, out
         self.world, self.data, self.loader, self.net = parts.world, parts.data, parts.loader, parts.net
+        self.target = parts.target
         self.simulated = getattr(parts.world, "platform", None) is not None   # ThreadWorld on SimGrid
         self.replicas, self.sync = parts.replicas, parts.sync
         self.optimizer, self.schedule = parts.optimizer, parts.schedule
@@ -128,7 +140,7 @@ class Trainer:
         rows = self.world.allgather(rank_metrics(synced, self.stop.signum or 0))
         self.stop_seen = max(m.stop for m in rows)
         wall = (synced.compute_phase_s, synced.comm_s, synced.decode_settle_s + apply_s)
-        return step_metrics(rows, density, self.d, synced.collective, self.net, wall, self.simulated)
+        return step_metrics(rows, density, self.d, synced.collective, self.net, wall, self.simulated, self.target)
 
     # -- evaluation ------------------------------------------------------------------------------
     @torch.no_grad()
@@ -195,6 +207,7 @@ class Trainer:
     def _log_interval(self, epoch: float, bar: Progress) -> None:
         """One metrics.jsonl record: the interval's means since the last record, and rank 0's residual norm."""
         record = self.sums.take_interval()
+        record |= throughputs(record, self.P * self.cfg.batch_size)
         self.writer.log({"step": self.step_count, "epoch": epoch, **record, "residual/norm": self.sync.residual_norm()})
         bar.set_postfix(loss=f"{record['train/loss']:.3f}", acc=f"{record['train/acc']:.3f}")
 
@@ -220,14 +233,17 @@ class Trainer:
                               step=self.step_count, checkpoint=str(saved) if saved else None)
 
     def _summary(self, wall_s: float) -> dict[str, float]:
+        """The run's summary (keys: `ssgd.utils.metric_names`): labels, the last evaluation, the run means of
+        the step metrics, the configured density, the run's byte total and both clocks' throughputs."""
         means = self.sums.means()     # over every step since step 1 (checkpoints carry the sums)
-        samples = self.P * self.cfg.batch_size
         extra = {} if self.diverged_at is None else {"diverged_at_step": self.diverged_at}
+        if self.target is not None:
+            extra["target/profile"] = self.target.profile
         summary = {**self.out.labels, **self.sums.val, **extra, "steps": self.step_count, "epochs": self.epoch,
                    "wall_s": wall_s, "world_size": self.P, "batch_size_per_worker": self.cfg.batch_size,
-                   "params": self.d, **means,
-                   "throughput_measured": samples / means["time/step_s"] if means.get("time/step_s") else 0.0,
-                   "throughput_model": samples / means["time/iter_model_s"] if means.get("time/iter_model_s") else 0.0}
+                   "params": self.d, "density/configured": self.sync.scheme.density.density, **means,
+                   "comm/bytes_total": round(self.sums.totals.get("comm/bytes_all_ranks", 0.0)),
+                   **throughputs(means, self.P * self.cfg.batch_size)}
         self.writer.summary(summary)
         return summary
 

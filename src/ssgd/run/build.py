@@ -36,6 +36,7 @@ from ssgd.data.probe import probe
 from ssgd.errors import AlreadyFinished, ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
+from ssgd.perf.target import target_compute
 from ssgd.perf.platform import Platform, from_cluster
 from ssgd.loop.schedule import LRSchedule
 from ssgd.loop.stop import StopRequest
@@ -299,7 +300,10 @@ def parts(s: RunSpec, world: World, mdl: torch.nn.Module, data: TensorData) -> T
     loader = ShardedLoader(data.x_train, data.y_train, world.size, c.trainer.batch_size, c.seed)
     replicas = Replicas(mdl, world, c.seed)
     sync = SyncStep(s.scheme, world, replicas.params)
-    return TrainerParts(world, data, loader, replicas, sync, s.make_optimizer(replicas.params), s.schedule, s.network)
+    selection = next(iter(sync.ranks.values())).compressor.selection_cost
+    target = target_compute(replicas.d, c.trainer.batch_size, selection)
+    return TrainerParts(world, data, loader, replicas, sync, s.make_optimizer(replicas.params), s.schedule, s.network,
+                        target)
 
 
 def local_world(c: Config) -> World:

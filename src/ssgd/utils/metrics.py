@@ -1,6 +1,6 @@
 """Run outputs: `metrics.jsonl` (one JSON object per record), `summary.json`, and wandb.
 
-Keys are slash-namespaced (`train/loss`, `time/comm_model_s`, ...). wandb receives the same records;
+Keys are slash-namespaced (`train/loss`, `target/comm_s`, ...). wandb receives the same records;
 its mode is `disabled`, `offline` (default: writes under the run directory, needs no network) or
 `online`. The run's name, group, tags and logged config come from `ssgd.utils.wandb_run.init_kwargs`.
 

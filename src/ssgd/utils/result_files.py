@@ -3,9 +3,11 @@
     python -m ssgd.report RUN_OR_SWEEP_DIR
 
 A run directory (it holds summary.json) gets `report.png`: training / validation loss, accuracy, achieved
-against configured density (the Top-k / gTop-k / Gaussian-k selection of Shi et al., ICDCS 2019, sec. III
-and arXiv:1911.08772), bytes each worker sent per step, and the measured time per step beside the modelled
-alpha-beta time per iteration (Shi et al., ICDCS 2019, sec. IV). A sweep directory (its job folders hold
+against scheduled density (the Top-k / gTop-k / Gaussian-k selection of Shi et al., ICDCS 2019, sec. III
+and arXiv:1911.08772), bytes each worker sent per step, and the time per step measured here beside the modelled
+time per iteration on the target cluster (Shi et al., ICDCS 2019, sec. IV; keys: docs/metrics.md). A run folder
+of an earlier version (its keys renamed since, `ssgd.utils.metric_names.RENAMED`) is read as it is, with one
+line saying so. A sweep directory (its job folders hold
 summary.json; or a folder of separate runs, such as outputs/<date>) gets `sweep_summary.csv` and `sweep_summary.md`
 (one row per point: its job number or a separate run's folder name, the overridden keys whose values differ
 between points, each read from the point's composed `.hydra/config.yaml`, then its summary) and
@@ -32,11 +34,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ssgd.errors import EXIT_BAD_INPUT, ConfigError  # noqa: E402
 from ssgd.utils.atomic import replacing, write_text_atomic  # noqa: E402
+from ssgd.utils.metric_names import RENAMED  # noqa: E402
 
 RUN_FIGURE = "report.png"
 SWEEP_CSV, SWEEP_MD, SWEEP_FIGURE = "sweep_summary.csv", "sweep_summary.md", "sweep_overlay.png"
-SUMMARY_KEYS = ("compressor", "world_size", "steps", "val/acc", "val/loss", "density/target", "density/achieved",
-                "comm/bytes_sent", "time/step_s", "time/iter_model_s", "wall_s")
+SUMMARY_KEYS = ("compressor", "world_size", "steps", "val/acc", "val/loss", "density/configured", "density/achieved",
+                "comm/bytes_sent", "time/step_s", "target/iter_s", "wall_s")     # keys: ssgd.utils.metric_names
 
 
 def read_json(path: Path) -> dict:
@@ -93,16 +96,28 @@ def series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     return [s for s, _ in picked], [v for _, v in picked]
 
 
+def older_version(run_dir: Path, summary: dict, rows: list[dict]) -> str | None:
+    """One line when the run's files hold keys of an earlier version (`RENAMED`), else None."""
+    old = sorted({k for k in (*summary, *(k for r in rows for k in r)) if k in RENAMED})
+    if not old:
+        return None
+    return (f"note: {run_dir} was written by an older version (keys {', '.join(old)}; renamed since, see "
+            "docs/metrics.md): its panels show only the keys this version knows")
+
+
 def run_figure(run_dir: Path) -> Path:
     """Write run_dir/report.png (six panels, see the module docstring) and return its path."""
     summary = read_json(run_dir / "summary.json")
     rows = read_metrics(run_dir)
+    note = older_version(run_dir, summary, rows)
+    if note:
+        print(note, file=sys.stderr)
     panels = [("loss", ["train/loss", "val/loss"]), ("accuracy", ["train/acc", "val/acc"]),
-              ("density", ["density/target", "density/achieved"]), ("bytes sent per step", ["comm/bytes_sent"]),
-              ("seconds per step", ["time/step_s", "time/iter_model_s", "time/comm_model_s"]),
+              ("density", ["density/scheduled", "density/achieved"]), ("bytes sent per step", ["comm/bytes_sent"]),
+              ("seconds per step", ["time/step_s", "target/iter_s", "target/comm_s"]),
               ("learning rate", ["lr"])]
-    labels = {"time/step_s": "measured step", "time/iter_model_s": "modelled iteration",
-              "time/comm_model_s": "modelled communication"}
+    labels = {"time/step_s": "measured step here", "target/iter_s": "modelled iteration on the target",
+              "target/comm_s": "modelled communication on the target"}
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
     for ax, (title, keys) in zip(axes.flat, panels):
         for key in keys:

@@ -23,8 +23,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 # define_metric summaries: the best validation values and the last throughput, not the last values only
+# (keys: ssgd.utils.metric_names)
 SUMMARIES: dict[str, str] = {"val/acc": "max", "val/loss": "min", "val/ppl": "min",
-                             "throughput/measured": "last", "throughput/model": "last"}
+                             "throughput/here": "last", "throughput/target": "last"}
 # overrides that do not change what a run computes (or that the name already shows): left out of names
 IGNORED = ("wandb.", "hydra.", "trainer.progress", "trainer.status_every_s", "trainer.resume",
            "trainer.checkpoint_every", "trainer.log_every", "trainer.eval_batch", "threads", "backend", "device",

@@ -92,7 +92,8 @@ class ThreadWorld:
         """Results and logs of the local ranks, in rank order (here: all P)."""
         if self.platform is not None:
             from ssgd.comm.executors.simgrid import run_simgrid      # SimGrid's bindings load only when asked for
-            return run_simgrid(collective, payloads, self.platform)
+            # the network alone: this host's CPU time in the merges would put its load on the target clock
+            return run_simgrid(collective, payloads, self.platform, cpu="none")
         return run_threads(collective, payloads)
 
     def replicate(self, model: torch.nn.Module) -> list[torch.nn.Module]:
