@@ -4,16 +4,18 @@
     torchrun --standalone --nproc-per-node 2 bench/ddp_hook_profile.py --rounds 6 --hooks allreduce gtopk
 
 A user's loop, as issue 45 timed it: 2 gloo ranks (one intra-op thread each), MLP 784-512-512-10 (d = 669,706) on
-the embedded MNIST digits (`mnist_embedded`, normalised), batch 32, SGD with momentum; each step is `dist.barrier()`, then forward, backward and
-`opt.step()` timed; a round takes --steps steps of each model in turn (interleaved), the step time is the median of
-steps 5 to the end. Models: `allreduce` (DDP without a hook), `noop` (a hook that returns the bucket as it is: the
-compute alone), `gtopk` / `topk` (`ssgd.ddp.register`, asynchronous, DDP's default buckets) and `gtopk_blocking`.
+the embedded MNIST digits (`mnist_embedded`, normalised), batch 32, SGD with momentum. Each step is `dist.barrier()`,
+then forward, backward and `opt.step()` timed; a round takes --steps steps of each model in turn (interleaved), the
+step time is the median of steps 5 to the end. Models: `allreduce` (DDP without a hook), `noop` (a hook that returns
+the bucket as it is: the compute alone), `gtopk` / `topk` (`ssgd.ddp.register`, asynchronous, DDP's default buckets)
+and `gtopk_blocking`.
 
 For the hook, rank 0 prints per round the milliseconds per step spent in each part, summed over buckets, measured
 by wrapping the hook's own functions (the same code runs; the wrappers add two clock reads each):
   queue_wait_bN  from the hook call (DDP hands bucket N over) to the communication thread starting on it;
   compress       u = g + e and the selection (`RankCompression.compress`);
-  collective_bN  the collective program on torch.distributed, bucket N (sends, receives, merges, waiting for the peer);
+  collective_bN  the collective program on torch.distributed, bucket N (sends, receives, merges, waiting for
+                 the peer);
   settle         e = u - what counted as sent (`RankCompression.settle`);
   decode         the sparse average written into DDP's bucket (`Sparse.to_dense`);
 and per model fwd / bwd / opt, the medians of the three parts of the step (bwd includes DDP's wait for the hook's

@@ -1,6 +1,6 @@
 """Convergence of Top-k with error feedback inside FSDP2 beside the same scheme inside DDP, P = 2 gloo on CPU.
 
-    python bench/fsdp_convergence.py                    # make fsdp-convergence: the whole grid (18 min, 2 cores at load 6-17)
+    python bench/fsdp_convergence.py          # make fsdp-convergence: the whole grid (18 min, 2 cores at load 6-17)
     python bench/fsdp_convergence.py --models fnn3 --densities 0.01 --seeds 1 --fnn3-epochs 1   # one quick cell
 
 For every model (FNN-3, SmallCNN), density (0.01, 0.001) and seed (1, 2, 3) two runs, one after the other on
@@ -8,9 +8,9 @@ the same two ranks, with the same initial weights, the same batches and the same
   * fsdp: every Linear / Conv2d and the whole model `fully_shard`-ed, each given
     `ssgd.fsdp.compress_reduce_scatter(module, "topk", density)`: k = density x n per module, sent to the owners
     of the shards (layer-wise Top-k);
-  * ddp: `DistributedDataParallel` (its default 25 MB buckets: one bucket holds either model) with
-    `ssgd.ddp.register(model, "topk", density)`: k = density x d over the whole model, AllGather (global Top-k
-    of each rank's vector).
+  * ddp: `DistributedDataParallel` (its default buckets: one for FNN-3; two for SmallCNN, its convolutions and its
+    classifier) with `ssgd.ddp.register(model, "topk", density)`: k = density x the bucket's size, AllGather.
+`--fsdp-units model` shards the model as one unit instead (one reduce-scatter, one selection over all of d).
 Both keep a residual per rank (error feedback) and average over the P ranks.
 
 Data: the 5,000 embedded MNIST digits (`ssgd.data.embedded.mnist_embedded`, 4,000 train / 1,000 validation,
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-FIELDS = ["model", "d", "system", "density", "seed", "epochs", "steps", "val_acc", "train_loss", "bytes_rank0",
-          "wall_s", "load_start", "load_end"]
+FIELDS = ["model", "d", "system", "fsdp_units", "density", "seed", "epochs", "steps", "val_acc", "train_loss",
+          "bytes_rank0", "wall_s", "load_start", "load_end"]
 MODELS = ("fnn3", "cnn")
 SYSTEMS = ("fsdp", "ddp")
 P = 2
@@ -61,8 +61,9 @@ def build(model: str, spec: Any, seed: int) -> Any:
     return FNN3(spec) if model == "fnn3" else SmallCNN(spec)
 
 
-def wrap(net: Any, system: str, density: float, seed: int) -> tuple[Any, list[Any]]:
-    """(the model to train, the objects whose counters give the bytes sent) for `system`."""
+def wrap(net: Any, system: str, density: float, seed: int, units: str = "layers") -> tuple[Any, list[Any]]:
+    """(the model to train, the objects whose counters give the bytes sent) for `system`; fsdp's `units`: every
+    Linear / Conv2d and the model ("layers"), or the model alone ("model": one reduce-scatter, one selection)."""
     import torch
     from torch import nn
     from torch.distributed.fsdp import fully_shard
@@ -74,7 +75,7 @@ def wrap(net: Any, system: str, density: float, seed: int) -> tuple[Any, list[An
         model = nn.parallel.DistributedDataParallel(net)
         return model, [ssgd.ddp.register(model, "topk", density, seed=seed)]
     comms = []
-    leaves = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    leaves = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))] if units == "layers" else []
     for module in leaves + [net]:
         fully_shard(module)
         comms.append(ssgd.fsdp.compress_reduce_scatter(module, "topk", density))
@@ -144,7 +145,7 @@ def run_one(cell: dict[str, Any], data: Any, args: argparse.Namespace, rank: int
     t0, load_start = time.perf_counter(), load1()
     net = build(cell["model"], data.spec, cell["seed"])
     d = count_parameters(net)
-    model, counters = wrap(net, cell["system"], cell["density"], cell["seed"])
+    model, counters = wrap(net, cell["system"], cell["density"], cell["seed"], args.fsdp_units)
     per_epoch = (len(data.y_train) // P) // args.batch
     picks = batches(len(data.y_train), rank, args.batch, cell["seed"], cell["epochs"])
     loss = train(model, data, picks, per_epoch, args)
@@ -152,9 +153,10 @@ def run_one(cell: dict[str, Any], data: Any, args: argparse.Namespace, rank: int
     if cell["system"] == "ddp":
         counters[0].close()
     dist.barrier()
-    return {**cell, "d": d, "steps": len(picks), "val_acc": round(acc, 4), "train_loss": round(loss, 4),
-            "bytes_rank0": sent_bytes(cell["system"], counters), "wall_s": round(time.perf_counter() - t0, 2),
-            "load_start": load_start, "load_end": load1()}
+    units = args.fsdp_units if cell["system"] == "fsdp" else ""
+    return {**cell, "d": d, "fsdp_units": units, "steps": len(picks), "val_acc": round(acc, 4),
+            "train_loss": round(loss, 4), "bytes_rank0": sent_bytes(cell["system"], counters),
+            "wall_s": round(time.perf_counter() - t0, 2), "load_start": load_start, "load_end": load1()}
 
 
 def cells(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -224,7 +226,8 @@ def summary(rows: list[dict[str, str]]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple[str, str, str], list[dict[str, str]]] = {}
     for r in rows:
-        groups.setdefault((r["model"], r["density"], r["system"]), []).append(r)
+        system = r["system"] + (", one unit" if r.get("fsdp_units") == "model" else "")
+        groups.setdefault((r["model"], r["density"], system), []).append(r)
     lines = []
     for (model, rho, system), rs in groups.items():
         col = lambda k: [float(r[k]) for r in rs]   # noqa: E731
@@ -266,6 +269,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--fnn3-epochs", type=int, default=12, help="epochs of 62 steps per FNN-3 run (default 12)")
     ap.add_argument("--cnn-epochs", type=int, default=10, help="epochs of 62 steps per SmallCNN run (default 10)")
+    ap.add_argument("--fsdp-units", default="layers", choices=["layers", "model"],
+                    help="fsdp: fully_shard every Linear / Conv2d and the model (default), or the model alone")
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
     ap.add_argument("--lr", type=float, default=0.05, help="learning rate after the warm-up (default 0.05)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fsdp_convergence.csv")

@@ -24,7 +24,8 @@ def test_bad_arguments_exit_2_with_one_line(argv, capsys):
 def test_one_round_reports_every_part_of_the_hooks_step():
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(BENCH / "ddp_hook_profile.py"), "--rounds", "1", "--steps", "8", "--hooks", "allreduce",
-                           "gtopk"], capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                           "gtopk"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(s for s in proc.stdout.splitlines() if s.startswith("round 0 gtopk:"))
     assert re.search(r"step [\d.]+ ms, [\d.]+x allreduce", line), line

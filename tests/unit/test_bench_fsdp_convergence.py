@@ -71,6 +71,14 @@ def test_the_summary_gives_mean_min_max_over_seeds_and_the_load_range():
     assert "| ddp | 1 |" in lines[3] and "0.500 [0.500, 0.500]" in lines[3]
 
 
+def test_the_summary_keeps_fsdp_as_one_unit_apart_from_fsdp_per_layer():
+    rows = [{**row("fsdp", 1, 0.8, 10, 1, 1), "fsdp_units": "layers"},
+            {**row("fsdp", 1, 0.9, 10, 1, 1), "fsdp_units": "model"}]
+    lines = fc.summary(rows).splitlines()[2:]
+    assert "| fsdp | 1 |" in lines[0] and "0.800" in lines[0]
+    assert "| fsdp, one unit | 1 |" in lines[1] and "0.900" in lines[1]
+
+
 @pytest.mark.parametrize("argv, key", [(["--densities", "0"], "--densities 0"), (["--fnn3-epochs", "0"],
                                        "--fnn3-epochs 0"), (["--lr", "-1"], "--lr -1"), (["--models", "vgg"], "vgg")])
 def test_bad_arguments_are_one_line_errors_with_exit_status_2(argv, key, capsys):
@@ -88,7 +96,7 @@ def test_a_tiny_grid_trains_both_systems_on_two_gloo_ranks(tmp_path):
                           capture_output=True, text=True, timeout=360)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader(out.open()))
-    assert [r["system"] for r in rows] == ["fsdp", "ddp"]
+    assert [(r["system"], r["fsdp_units"]) for r in rows] == [("fsdp", "layers"), ("ddp", "")]
     for r in rows:
         assert int(r["d"]) == 199_210 and int(r["steps"]) == 62
         assert float(r["val_acc"]) > 0.5                          # well above chance (0.1) after one epoch
