@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 export MALLOC_ARENA_MAX ?= 2
 export WANDB_SILENT ?= true
 
-.PHONY: help setup simgrid report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup bench-simgrid bench-zoo
+.PHONY: help setup simgrid report run test test-fast bench-threads bench-comm bench-ddp bench-selection-contention alphabeta fig figs-runs fig-convergence-paper figs figs-quick profiles validate-model clean bench-dlbench bench-trainer bench bench-startup bench-simgrid bench-zoo fsdp-convergence
 
 # `make help`: every target with its comment and, from docs/times.yaml (the one source of the times, also
 # quoted by the README), its time and the load average it was measured at; then the timed fig-<entry> targets.
@@ -100,6 +100,9 @@ bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,
 
 bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (docs/zoo.md)
 	PYTHONPATH=src $(PY) bench/zoo.py $(ARGS)
+
+fsdp-convergence: $(STAMP)  ## FSDP Top-k (ssgd.fsdp) beside DDP Top-k (ssgd.ddp), FNN-3 and SmallCNN, densities 0.01 / 0.001, 3 seeds, 2 gloo ranks -> bench/results/fsdp_convergence.csv (docs/fsdp.md)
+	$(PY) bench/fsdp_convergence.py --out $(RESULTS_DIR)/fsdp_convergence.csv $(ARGS)
 
 bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases
 	$(PY) bench/startup.py $(ARGS)

@@ -1,5 +1,5 @@
 """The package as a library user gets it: a wheel built from this checkout, installed into a fresh venv
-outside the checkout, runs `ssgd-train`, `python -m ssgd`, the DDP example and `ssgd.ddp.register`.
+outside the checkout, runs `ssgd-train`, `python -m ssgd`, the DDP and FSDP examples and `ssgd.ddp.register`.
 
 The venv reuses the dependencies already installed for the tests (a `.pth` line to their site-packages;
 `.pth` files inside it are not processed, so this checkout's editable install stays invisible): nothing
@@ -98,3 +98,18 @@ print("ok")
     proc = run([str(env_dir / "bin" / "python"), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                 str(example), "--steps", "10"], installed, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_the_fsdp_example_from_the_wheel(installed):
+    """examples/fsdp_topk.py under torchrun, 2 gloo ranks on CPU, importing `ssgd.fsdp` from the wheel."""
+    py, env_dir, work, _ = installed
+    example = work / "fsdp_topk.py"
+    shutil.copy(ROOT / "examples" / "fsdp_topk.py", example)       # copied out: no checkout to fall back on
+    assert not (work.parent / "src").exists()                       # the example's checkout path leads nowhere
+    proc = run([str(py), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                str(example), "--compressor", "topk", "--density", "0.01", "--steps", "10"], installed, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("topk density 0.01 on 2 ranks (fsdp, gloo): validation accuracy "), proc.stdout
+    sent = int(last.split("; ")[1].split(" bytes")[0].replace(",", ""))
+    assert 0 < sent < 10 * 4 * 199_210 // 2 // 10, last             # sparse: under a tenth of FSDP's fp32 bytes
