@@ -105,3 +105,14 @@ def test_a_profile_of_another_d_is_refused_before_any_rank_starts(tmp_path):
     with pytest.raises(ConfigError, match=r"^cluster.compute_profile='.*': profile 'fnn3-handwritten' describes a "
                                           r"model of 199,211 parameters, this run's model has 199,210 "):
         build.preflight(s)
+
+
+def test_the_built_model_s_d_is_checked_too(tmp_path):
+    """Where preflight cannot size the model (the user's own data), building it checks d (same one line)."""
+    from ssgd.run import target_profile
+
+    user = target_profile.read(str(write(tmp_path, PROFILE)))
+    assert target_profile.compute(user, FNN3_D, 32, "linear").compress_s == 1e-3            # Gaussian-k's kind
+    with pytest.raises(ConfigError, match=r"^cluster.compute_profile=.* describes a model of 199,210 parameters, "
+                                          r"this run's model has 199,209 "):
+        target_profile.compute(user, FNN3_D - 1, 32, "linear")
