@@ -164,6 +164,10 @@ figs-quick: $(STAMP)  ## QUICK convergence preview (2 seeds x 300 steps) -> outp
 profiles: $(STAMP)  ## rebuild src/ssgd/perf/profiles/*.json from the paper's numbers + the real models (~6 s)
 	$(PY) -m ssgd.tools.make_profiles
 
+.PHONY: profile
+profile: $(STAMP)  ## measure the configured model's compute on THIS machine (ARGS: the run's overrides, e.g. device=cuda; OUT=file) -> outputs/profiles/<name>.json, for a run's cluster.compute_profile=FILE (docs/scaling-model.md)
+	PYTHONPATH=src $(PY) -m ssgd.tools.measure $(if $(OUT),out=$(OUT)) $(ARGS)
+
 validate-model: $(STAMP)  ## iteration model vs real threads (4 workers) and 2-rank MPI runs, predicted vs measured (OUT=dir)
 	$(PY) paper_figs/validate_model.py $(if $(OUT),--out $(OUT)) $(ARGS)
 

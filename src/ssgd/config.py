@@ -185,7 +185,8 @@ class NetworkConfig:
 
 @dataclass
 class ClusterConfig:
-    """`cluster:` the TARGET cluster: how many workers and how fast their network is (conf/cluster/)."""
+    """`cluster:` the TARGET cluster: how many workers, how fast their network is (conf/cluster/) and,
+    optionally, the compute profile of its workers (`compute_profile`, checked by `ssgd.run.target_profile`)."""
 
     name: str = MISSING
     world_size: int = MISSING                  # P, the number of workers
@@ -193,6 +194,7 @@ class ClusterConfig:
     hostfile: Optional[str] = None             # backend=mpi: mpiexec --hostfile (null: every rank on this machine)
     mpiexec_args: list[str] = field(default_factory=list)   # extra mpiexec arguments
     agent: Optional[str] = None                # backend=torch with a hostfile: `agent <host> <command>` starts a rank there
+    compute_profile: Optional[str] = None      # a Profile JSON (`make profile`): the target's compute (null: a shipped one, matched by d)
 
     def __post_init__(self) -> None:
         _int_at_least(self.world_size, "cluster.world_size", 1)

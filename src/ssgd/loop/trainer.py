@@ -239,6 +239,8 @@ class Trainer:
         extra = {} if self.diverged_at is None else {"diverged_at_step": self.diverged_at}
         if self.target is not None:
             extra["target/profile"] = self.target.profile
+            if self.target.file is not None:       # cluster.compute_profile: the user's file
+                extra.update({"target/profile_file": self.target.file, "target/profile_sha256": self.target.sha256})
         summary = {**self.out.labels, **self.sums.val, **extra, "steps": self.step_count, "epochs": self.epoch,
                    "wall_s": wall_s, "world_size": self.P, "batch_size_per_worker": self.cfg.batch_size,
                    "params": self.d, "density/configured": self.sync.scheme.density.density, **means,

@@ -16,8 +16,10 @@ not overlap), the merge work inside gTopKAllReduce and the residual update are n
 
 A shipped profile describes one model exactly: it applies to a run whose model has the same number of
 trainable parameters d (resnet20 on CIFAR-10 shapes: 269,722; vgg16, alexnet, resnet50, lstm_ptb likewise;
-`model=replay` with a profile). Any other run has no target compute: its target time is absent, and the
-end of the run says so (`ssgd.run.final_lines`).
+`model=replay` with a profile). A profile the user passes (`cluster.compute_profile`, a file `make profile`
+wrote on the target's hardware; `ssgd.run.target_profile` reads and checks it) takes the shipped one's
+place and must describe the same d. Any other run has no target compute: its target time is absent, and
+the end of the run says so (`ssgd.run.final_lines`).
 """
 from __future__ import annotations
 
@@ -31,14 +33,17 @@ from ssgd.perf.iteration import Profile, rescale_batch
 class TargetCompute:
     """Seconds one target worker spends per step outside the collective (constant over a run).
 
-    profile: the shipped profile's name; compute_s: io + h2d + forward + backward at the run's batch;
-    compress_s: one selection of the compressor's cost kind at the profile's d; update_s: the optimizer step.
+    profile: the profile's name; compute_s: io + h2d + forward + backward at the run's batch;
+    compress_s: one selection of the compressor's cost kind at the profile's d; update_s: the optimizer step;
+    file, sha256: the file the profile was read from and its content's SHA-256 (None: a shipped profile).
     """
 
     profile: str
     compute_s: float
     compress_s: float
     update_s: float
+    file: str | None = None
+    sha256: str | None = None
 
     def iteration_seconds(self, comm_s: float) -> float:
         """The target's seconds of one step whose communication takes `comm_s` on the target network."""
@@ -50,11 +55,13 @@ def matching_profile(d: int) -> Profile | None:
     return next((p for p in map(profiles.load, profiles.names()) if p.d == d), None)
 
 
-def target_compute(d: int, batch_size: int, selection: str) -> TargetCompute | None:
+def target_compute(d: int, batch_size: int, selection: str, given: Profile | None = None) -> TargetCompute | None:
     """The target's per-step compute of a d-parameter model at `batch_size` samples per worker whose
-    compressor has selection cost kind `selection` (`ssgd.perf.iteration.SELECTION_COSTS`); None when no
-    shipped profile describes a d-parameter model."""
-    found = matching_profile(d)
+    compressor has selection cost kind `selection` (`ssgd.perf.iteration.SELECTION_COSTS`), from the profile
+    `given` (ValueError unless it describes d parameters) or else the shipped one of d; None when neither is."""
+    if given is not None and given.d != d:
+        raise ValueError(f"profile {given.name!r}: describes d = {given.d} parameters, the model has {d}")
+    found = given if given is not None else matching_profile(d)
     if found is None:
         return None
     p = rescale_batch(found, batch_size)

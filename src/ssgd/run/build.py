@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ssgd.comm.executors import simgrid_engine
 from ssgd.loop import checkpoint
-from ssgd.run import backends, footprint
+from ssgd.run import backends, footprint, target_profile
 from ssgd.loop.capture import Capture
 from ssgd.config import Config, NetEngine, TrainConfig, WandbMode, check_all_targets, config_errors, locate, to_plain
 from ssgd.data.base import DataSpec, TensorData
@@ -36,7 +36,6 @@ from ssgd.data.probe import probe
 from ssgd.errors import AlreadyFinished, ConfigError
 from ssgd.models.dropout import has_global_dropout
 from ssgd.perf.alphabeta import AlphaBeta
-from ssgd.perf.target import target_compute
 from ssgd.perf.platform import Platform, from_cluster
 from ssgd.loop.schedule import LRSchedule
 from ssgd.loop.stop import StopRequest
@@ -63,6 +62,7 @@ class RunSpec:
     schedule: LRSchedule
     make_optimizer: OptimizerFactory
     device: torch.device
+    target_profile: target_profile.UserProfile | None = None   # cluster.compute_profile, read and checked
 
     @property
     def world_size(self) -> int:
@@ -83,7 +83,8 @@ def spec(cfg: DictConfig, config: Config | None = None) -> RunSpec:
     make_optimizer = optimizer_factory(cfg)
     return RunSpec(cfg=cfg, config=config, network=AlphaBeta(alpha=net.alpha, beta=net.beta),
                    scheme=scheme(cfg, config.seed), schedule=lr_schedule(cfg, P), make_optimizer=make_optimizer,
-                   device=device(config.device, present=not prints_only(config)))
+                   device=device(config.device, present=not prints_only(config)),
+                   target_profile=target_profile.read(config.cluster.compute_profile))
 
 
 def prints_only(config: Config) -> bool:
@@ -186,8 +187,9 @@ def model(cfg: DictConfig, data: TensorData, seed: int) -> torch.nn.Module:
 def preflight(s: RunSpec) -> None:
     """Checks that need the data's size and the model's but no world, run before any rank starts and before
     anything is allocated: P x batch size against the training samples and the memory P ranks need
-    against this host's (for the datasets whose size is known without loading them: `ssgd.data.probe`),
-    and that wandb.mode=online has credentials. ConfigError naming the key otherwise."""
+    against this host's (for the datasets whose size is known without loading them: `ssgd.data.probe`), the
+    model's d against cluster.compute_profile's, and that wandb.mode=online has credentials. ConfigError
+    naming the key otherwise."""
     c = s.config
     if c.wandb.mode is WandbMode.online and not wandb_credentials():
         raise ConfigError("wandb.mode=online: no wandb API key here (set WANDB_API_KEY or run `wandb login`); "
@@ -198,6 +200,8 @@ def preflight(s: RunSpec) -> None:
     samples, data_spec = size
     steps_per_epoch(samples, s.world_size, c.trainer.batch_size)
     d = parameter_count(s.cfg, data_spec)
+    if d is not None:
+        target_profile.check_d(s.target_profile, d)
     need = None if d is None or s.device.type != "cpu" else \
         backends.parts(c.backend).footprint(d, s.world_size, bool(c.cluster.hostfile))
     have = footprint.available_bytes()
@@ -301,7 +305,7 @@ def parts(s: RunSpec, world: World, mdl: torch.nn.Module, data: TensorData) -> T
     replicas = Replicas(mdl, world, c.seed)
     sync = SyncStep(s.scheme, world, replicas.params)
     selection = next(iter(sync.ranks.values())).compressor.selection_cost
-    target = target_compute(replicas.d, c.trainer.batch_size, selection)
+    target = target_profile.compute(s.target_profile, replicas.d, c.trainer.batch_size, selection)
     return TrainerParts(world, data, loader, replicas, sync, s.make_optimizer(replicas.params), s.schedule, s.network,
                         target)
 

@@ -103,8 +103,12 @@ METRICS: MappingProxyType[str, Metric] = MappingProxyType({
                              "simulated, else alpha-beta) + update (absent without a profile)"),
     "throughput/target": Metric("samples/s", "samples per second of the target's steps (absent without a "
                                 "profile)", "window", "target"),
-    "target/profile": Metric("name", "the compute profile the target clock uses (absent: none describes the "
-                             "model)", "run", "target"),
+    "target/profile": Metric("name", "the compute profile the target clock uses: cluster.compute_profile's, else "
+                             "the shipped one of the model's d (absent: none describes the model)", "run", "target"),
+    "target/profile_file": Metric("path", "the file cluster.compute_profile names, absolute (absent: a shipped "
+                                  "profile or none)", "run", "target"),
+    "target/profile_sha256": Metric("hex", "SHA-256 of that file's bytes: the same bytes and config give the same "
+                                    "target/* to the digit (absent with the file)", "run", "target"),
     # -- run labels and sizes
     "compressor": Metric("name", "compressor.name", "run"),
     "cluster": Metric("name", "cluster.name: the target cluster", "run"),
@@ -150,13 +154,16 @@ def markdown() -> str:
            "## Two clocks", ""]
     out += [f"- **{c}**: {text}" for c, text in CLOCKS.items() if c != "-"]
     out += ["", "`time/*`, `throughput/here` and `wall_s` are measured here and move with this host's load. "
-            "`target/*` and `throughput/target` come from the target's compute profile (`src/ssgd/perf/profiles`: "
-            "the gTop-k paper's GPU, chosen by the model's parameter count) and the network model only, so the "
-            "same config gives the same target time under any load. Every cluster's workers are taken to be that GPU "
-            "(`cluster=local` too); the selection time is the profile's for the compressor's selection cost kind; "
-            "with `cluster.network.engine=simgrid` the communication is SimGrid's network time alone. A model no "
-            "profile describes has no target compute: `target/iter_s` is absent and the run ends with one line "
-            "saying so.", "",
+            "`target/*` and `throughput/target` come from the target's compute profile and the network model "
+            "only, so the same config gives the same target time under any load. The profile is the file "
+            "`cluster.compute_profile` names (one `make profile` measured on the target's hardware: "
+            "[scaling-model.md](scaling-model.md#a-target-time-for-your-model)), else the shipped one of the "
+            "gTop-k paper's GPU whose model has the run's parameter count (`src/ssgd/perf/profiles`). Every "
+            "cluster's workers are taken to be that device (`cluster=local` too); the selection time is the "
+            "profile's for the compressor's selection cost kind; with `cluster.network.engine=simgrid` the "
+            "communication is SimGrid's network time alone. A model no profile describes has no target compute: "
+            "`target/iter_s` is absent and the run ends with one line saying so; this host's compute is never "
+            "borrowed.", "",
             "## Kinds", ""]
     out += [f"- **{k}**: {text}" for k, text in KINDS.items()]
     out += ["", "## Keys", "", "| key | unit | kind | clock | meaning |", "|---|---|---|---|---|"]
