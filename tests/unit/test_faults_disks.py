@@ -155,3 +155,27 @@ def test_wandb_on_a_disk_without_room_to_start_is_refused_before_it_starts(disk)
                                        r"needs about 262,144 bytes, [\d,]+ bytes free; nothing was written"):
         MetricWriter(root / "run", wandb_mode="offline")
     assert not (root / "run" / "wandb").exists()
+
+
+def test_a_profile_the_disk_cannot_take_is_the_one_line_of_its_tool(disk, capsys):
+    """The tools (calibrations, profiles, replays) write through ssgd.utils.atomic too; their `main` turns the
+    DiskFull into one line and exit status 2 (`full_disk_is_one_line`; was: a traceback, a partial file)."""
+    from ssgd.perf.iteration import Profile
+    from ssgd.tools.make_profiles import main as make_profiles_main
+    from ssgd.utils.atomic import full_disk_is_one_line, write_text_atomic
+
+    root = disk("64k")
+    profile = Profile(name="x", batch_size=32, layers=("fc",), params=(1000,), forward_s=(0.01,),
+                      backward_s=(0.02,))
+    fill(root)
+
+    @full_disk_is_one_line
+    def tool() -> int:                        # as ssgd.tools.make_profiles and measure write their profiles
+        write_text_atomic(root / "x.json", profile.to_json(), "the profile")
+        return 0
+    assert tool() == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {root / 'x.json'}: cannot write the profile (No space left on device): it needs "
+                          "about ") and err.count("\n") == 1
+    assert leftovers(root) == [] and not (root / "x.json").exists()
+    assert make_profiles_main.__wrapped__ is not None          # the tools' mains are wrapped so

@@ -14,7 +14,9 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+import functools
+import sys
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 from ssgd.errors import DiskFull
 
@@ -132,3 +134,19 @@ def append_whole(file: BinaryIO, data: bytes, path: Path, what: str, kept: str) 
         if reason is None:
             raise
         raise disk_full(path, what, len(data), reason, kept) from err
+
+
+Main = TypeVar("Main", bound=Callable[..., int])
+
+
+def full_disk_is_one_line(main: Main) -> Main:
+    """A command's `main` whose DiskFull (a file it writes that the disk cannot take) is its one line on stderr
+    and exit status 2 instead of a traceback (the lab's tools: calibrations, profiles, replays)."""
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except DiskFull as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    return wrapped  # type: ignore[return-value]
