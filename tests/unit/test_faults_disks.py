@@ -179,3 +179,32 @@ def test_a_profile_the_disk_cannot_take_is_the_one_line_of_its_tool(disk, capsys
                           "about ") and err.count("\n") == 1
     assert leftovers(root) == [] and not (root / "x.json").exists()
     assert make_profiles_main.__wrapped__ is not None          # the tools' mains are wrapped so
+
+
+class RaisingWandbRun(FakeWandbRun):
+    """A wandb run whose `log` raises `err` (wandb's own writes on a full disk, or another failure)."""
+
+    def __init__(self, folder: Path, err: Exception) -> None:
+        super().__init__(folder)
+        self.err = err
+
+    def log(self, data: dict, step: int) -> None:
+        raise self.err
+
+
+def test_a_full_disk_wandb_raises_is_the_one_line_naming_its_folder_and_other_errors_stay_as_they_are(tmp_path):
+    import errno
+
+    writer = MetricWriter(tmp_path / "run", wandb_mode="disabled")
+    writer.wandb_run = RaisingWandbRun(tmp_path, OSError(errno.ENOSPC, "No space left on device"))
+    with pytest.raises(DiskFull, match=r"run/wandb: cannot write wandb's own files \(No space left on device\): its "
+                                       r"size is not known before it is written, [\d,]+ bytes free; the run's own "
+                                       r"files written before are kept"):
+        writer.log({"step": 1, "train/loss": 0.5})
+    other = RuntimeError("wandb's own trouble")
+    writer.wandb_run = RaisingWandbRun(tmp_path, other)
+    with pytest.raises(RuntimeError) as err:
+        writer.log({"step": 2, "train/loss": 0.5})
+    assert err.value is other and err.value.__cause__ is None
+    writer.wandb_run = None
+    writer.close()

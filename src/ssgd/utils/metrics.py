@@ -126,14 +126,13 @@ class MetricWriter:
         """The folder of wandb's own files (offline runs, logs): `<run>/wandb`."""
         return self.run_dir / "wandb"
 
-    def _wandb_full(self, err: BaseException) -> BaseException:
+    def _wandb_full(self, err: BaseException) -> DiskFull | None:
         """`err`, raised by wandb, as the one line naming `wandb_dir` when it is a full disk (any disguise; wandb's
-        files are wandb's to write, so this is the line, not an atomic write), else `err` itself."""
-        if isinstance(err, DiskFull):
-            return err
-        reason = no_space_reason(err)
+        files are wandb's to write, so this is the line, not an atomic write); None when `err` is another failure,
+        or already a DiskFull (one of the files written here), to be raised as it is."""
+        reason = None if isinstance(err, DiskFull) else no_space_reason(err)
         if reason is None:
-            return err
+            return None
         return disk_full(self.wandb_dir, WANDB_FILES, 0, reason, "the run's own files written before are kept")
 
     def _wandb(self, mode: str, project: str, config: dict | None, name: str | None, run_id: str | None,
@@ -150,8 +149,11 @@ class MetricWriter:
                              resume="allow" if run_id else None, **init, **settings)
         except Exception as err:      # wandb's errors (no key, no network) have no common base we can name
             self.close()
-            if self._wandb_full(err) is not err:
-                raise self._wandb_full(err) from err
+            if isinstance(err, DiskFull):
+                raise
+            full = self._wandb_full(err)
+            if full is not None:
+                raise full from err
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ConfigError(f"wandb.mode={mode}: {first} (wandb.mode=offline needs no network; "
                               "`wandb sync` uploads later)") from None
@@ -172,7 +174,10 @@ class MetricWriter:
             try:
                 self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=int(record["step"]))
             except Exception as err:      # noqa: BLE001 -- a full disk is the one line; anything else as it is
-                raise self._wandb_full(err) from err
+                full = self._wandb_full(err)
+                if full is None:
+                    raise
+                raise full from err
 
     def _append(self, data: bytes) -> None:
         """Append one whole record to metrics.jsonl, or nothing: a write the disk cannot take (ENOSPC, a quota)
@@ -188,7 +193,10 @@ class MetricWriter:
             try:
                 self.wandb_run.summary.update(wandb_run.final_summary(summary))
             except Exception as err:      # noqa: BLE001 -- a full disk is the one line; anything else as it is
-                raise self._wandb_full(err) from err
+                full = self._wandb_full(err)
+                if full is None:
+                    raise
+                raise full from err
 
     def close(self) -> None:
         """Close metrics.jsonl and finish the wandb run (offline: its readable files first). A full disk met
@@ -211,4 +219,7 @@ class MetricWriter:
             if failing:
                 log.debug(f"wandb while closing after an error: {type(err).__name__}: {err}")
                 return
-            raise self._wandb_full(err) from err
+            full = self._wandb_full(err)
+            if full is None:
+                raise
+            raise full from err
