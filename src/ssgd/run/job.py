@@ -92,6 +92,12 @@ def write_reserved(path: Path, text: str) -> bool:
         os.close(fd)                   # (closing releases the lock)
 
 
+def release(path: Path) -> None:
+    """Remove a `reserve`d file that nobody wrote to (a job that ended well leaves no empty report behind)."""
+    if read_reserved(path) is None:
+        path.unlink(missing_ok=True)
+
+
 def read_reserved(path: Path) -> str | None:
     """The text `write_reserved` put in `path` (the reserved zeros after it dropped), or None when none is there."""
     try:

@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from ssgd.errors import EXIT_FAILED, ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status, meaning
 from ssgd.run import backends, reach
-from ssgd.run.job import ENDED_ENV, ENDED_FILE, WORKER_CONFIG, prepare, read_ended, reserve
+from ssgd.run.job import ENDED_ENV, ENDED_FILE, WORKER_CONFIG, prepare, read_ended, release, reserve
 from ssgd.run.heartbeat import HEARTBEAT_DIR, HEARTBEAT_ENV, Watch
 from ssgd.run.orphans import die_with_parent_preexec
 
@@ -175,6 +175,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
         status = stopper.wait()
     reader.join(timeout=5)
     raise_ending(status, stopper, relay, read_ended(ended), P)
+    release(ended)                                     # it ended well: no empty report left behind
 
 
 def raise_ending(status: int, stopper: JobStopper, relay: OpenMPIFilter, reported: tuple[int, str] | None,

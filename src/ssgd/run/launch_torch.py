@@ -37,7 +37,8 @@ from omegaconf import DictConfig, OmegaConf
 from ssgd.errors import ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status
 from ssgd.run import backends, reach
-from ssgd.run.job import ENDED_ENV, ENDED_FILE, prepare, read_ended, read_reserved, reserve, write_reserved
+from ssgd.run.job import (ENDED_ENV, ENDED_FILE, prepare, read_ended, read_reserved, release, reserve,
+                          write_reserved)
 from ssgd.utils.atomic import write_text_atomic
 from ssgd.run.launch_mpi import worker_env
 from ssgd.worlds.rendezvous import LocalRank, check_port_free, free_port, rank_device
@@ -236,6 +237,8 @@ def ending(status: int, run_dir: Path) -> RunEnded | None:
     launcher's (`watch`, `<run dir>/mpi/watched.txt`) when that rank was killed or reported nothing, else the
     rank's own report; what the other ranks reported after it stays in their traceback files."""
     if status == 0:
+        release(run_dir / ENDED_FILE)
+        release(run_dir / WATCHED_FILE)
         return None
     reported = read_ended(run_dir / ENDED_FILE)
     if status in INTERRUPTS:
