@@ -227,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
           f"on {args.bw} ({rate * result.bandwidth_factor / 1e6:.1f} MB/s)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sources = f"{args.pingpong.name} and the P=2 dense allreduce at d={args.calibration_d} ({args.allreduce.name})"
-    write_text_atomic(args.out, cluster_yaml(args.name, args.hosts, rate * 8 / 1e9, result,
-                                             (pp.get("alpha", 0.0), pp.get("beta", 0.0)), sources), "the cluster config")
+    text = cluster_yaml(args.name, args.hosts, rate * 8 / 1e9, result, (pp.get("alpha", 0.0), pp.get("beta", 0.0)),
+                        sources)
+    write_text_atomic(args.out, text, "the cluster config")
     print(f"wrote {args.out}")
     return 0
 
