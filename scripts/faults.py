@@ -1,22 +1,26 @@
-"""Replay the fourth fault matrix of docs/faults.md (and the first and third matrices' refusals of bad input)
-from the command line, as a user meets it, and print a table: each row's case, `ok` (the documented
-behaviour), `short` (it fell short: what was seen instead) or `skip` (it needs what this machine lacks: the
-full-disk rows mount a small tmpfs, which needs root).
+"""Replay docs/faults.md's fault matrices (the first, third and fourth) from the command line, as a user meets them,
+and print a table with a line for every row of the docs: `ok` (the documented behaviour), `short` (it fell short:
+what was seen instead), `skip` (it needs what this machine lacks: the full-disk rows mount a small tmpfs, which
+needs root) or, for a row too slow to replay here or that needs SLURM, `test` and the test files that pin it
+(from the row's "test" column).
 
-    python scripts/faults.py              # every row (5 minutes on 2 busy cores, 1.5 minutes of CPU)
-    python scripts/faults.py --rows 1,5   # some rows
-    make faults                           # the same as the first line
+    python scripts/faults.py                  # every row (about 4 minutes on 2 busy cores)
+    python scripts/faults.py --rows 1,m1-14   # some rows (the `#` column of docs/faults.md)
+    make faults                               # the same as the first line
 
-Each row runs `python src/train.py ...`, `python -m ssgd.report` or a one-line script in a fresh temporary
-folder and checks the exit status, the one line on stderr and the files left behind. Exit status 0 when no
-row fell short, 1 otherwise. The in-process and pytest versions of these rows are in
-tests/unit/test_faults_fourth.py and tests/integration/test_faults_fourth_cli.py.
+Each replayed row runs `python src/train.py ...`, `python -m ssgd.report`, `mpiexec` or a one-line script in a
+fresh temporary folder and checks the exit status, the one line on stderr and the files left behind. Exit
+status 0 when no row fell short, 1 otherwise. tests/unit/test_faults_replay.py fails when a row of the docs is
+neither replayed here nor pinned by an existing test file.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import resource
+import socket
 import shutil
 import signal
 import subprocess
@@ -25,7 +29,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -33,6 +37,45 @@ from disks import small_disk, why_no_tmpfs  # noqa: E402
 
 TRAIN = [sys.executable, str(ROOT / "src" / "train.py"), "trainer.progress=false", "wandb.mode=disabled"]
 ENV = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": str(ROOT / "src")}
+DOC = ROOT / "docs" / "faults.md"
+MATRICES = ("## Fault matrix", "## Third matrix", "## Fourth matrix")
+LEGEND = {      # the letters of the docs' "test" column (each matrix's legend above it)
+    "U": "tests/unit/test_faults_inprocess.py", "I": "tests/integration/test_faults.py",
+    "S": "tests/unit/test_schema.py", "E": "tests/integration/test_entry.py", "M": "tests/integration/test_mpi.py",
+    "T": "tests/unit/test_faults_third.py", "F": "tests/unit/test_faults_fourth.py",
+    "FC": "tests/integration/test_faults_fourth_cli.py", "D": "tests/unit/test_faults_disks.py",
+}
+
+
+class DocRow(NamedTuple):
+    """A row of a fault matrix of docs/faults.md: its `#`, its case (markdown) and the test files that pin it."""
+    key: str
+    case: str
+    tests: tuple[str, ...]
+
+
+def test_files(cell: str, previous: tuple[str, ...]) -> tuple[str, ...]:
+    """The test files a "test" cell names: paths (`tests/...py`), the matrices' letters (LEGEND), or `same`
+    (the row above's); notes in parentheses and backticked test names aside."""
+    paths = re.findall(r"tests/[\w/]+\.py", cell)
+    bare = re.sub(r"\([^)]*\)|`[^`]*`", " ", cell)
+    letters = [LEGEND[w] for w in re.findall(r"[A-Z]+", bare) if w in LEGEND]
+    same = previous if re.search(r"\bsame\b", bare) else ()
+    return tuple(dict.fromkeys([*paths, *letters, *same]))
+
+
+def doc_rows(text: str | None = None) -> list[DocRow]:
+    """Every row of the matrices of docs/faults.md (`MATRICES`), in order: the first column is its `#`."""
+    rows: list[DocRow] = []
+    inside = False
+    for line in (DOC.read_text() if text is None else text).splitlines():
+        if line.startswith("## "):
+            inside = line.startswith(MATRICES)
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if not inside or not line.startswith("| ") or cells[0] == "#" or len(cells) < 5:
+            continue
+        rows.append(DocRow(cells[0], cells[1], test_files(cells[-1], rows[-1].tests if rows else ())))
+    return rows
 
 
 class Short(Exception):
@@ -43,8 +86,10 @@ class Skip(Exception):
     """A row cannot be replayed here: the message says why."""
 
 
-def run(cwd: Path, *args: str, cmd: list[str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*(cmd or TRAIN), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=ENV)
+def run(cwd: Path, *args: str, cmd: list[str] | None = None, timeout: float = 300,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*(cmd or TRAIN), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env={**ENV, **(env or {})})
 
 
 def expect(proc: subprocess.CompletedProcess, status: int, *pieces: str, one_line: bool = True) -> str:
@@ -219,22 +264,22 @@ def row11(tmp: Path) -> str:
                   "torch.nn.parallel.DistributedDataParallel", one_line=False)
 
 
-def signalled(tmp: Path, args: list[str], progress: Callable[[], bool],
-              ignore_sigint: bool) -> subprocess.CompletedProcess:
-    """Start `args`, send SIGINT once `progress()` holds; the process's result (Short if it ignores the signal)."""
+def signalled(tmp: Path, args: list[str], progress: Callable[[], bool], ignore_sigint: bool,
+              signum: int = signal.SIGINT) -> subprocess.CompletedProcess:
+    """Start `args`, send `signum` once `progress()` holds; the process's result (Short if it ignores it)."""
     preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env=ENV,
                             preexec_fn=preexec)
     deadline = time.monotonic() + 240
     while not progress() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     try:
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        proc.terminate()
+        proc.kill()
         proc.communicate(timeout=60)
-        raise Short("still running 60 s after SIGINT") from None
+        raise Short(f"still running 60 s after {signal.Signals(signum).name}") from None
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
@@ -261,12 +306,43 @@ def sweep_sigint(tmp: Path) -> str:
     return expect(proc, 130, "the sweep stopped in its point 0; the points after it were not run")
 
 
-REFUSED = {      # earlier matrices' bad input: override -> a piece of its one line (exit 2, nothing written)
-    "m1-option": ("compressor=foo", "error: compressor=foo: no such option; allowed: dense, "),
-    "m1-key": ("+foo=1", "error: foo: unknown key; allowed: backend, "),
-    "m1-range": ("compressor.density=1.5", "error: compressor.density=1.5: must be a number in (0, 1]"),
-    "m1-rundir": ("hydra.run.dir=/sys/x", "error: hydra.run.dir=/sys/x: cannot write there ("),
-    "m3-grammar": ("hydra.run.dir=out/a;touch x", "Hydra's override grammar refused a character"),
+def row9b(tmp: Path) -> str:
+    line = expect(run(tmp, "hydra.run.dir=out/r52_ünï日本;x", "trainer.max_steps=1"), 2,
+                  "refused ';' (no place in an unquoted value; nor are the letters outside ASCII",
+                  "'hydra.run.dir=\"out/r52_ünï日本;x\"'")
+    if (tmp / "out").exists():
+        raise Short("a run folder was made")
+    return line
+
+
+def row13(tmp: Path) -> str:
+    with disk(tmp / "d", "400k") as d:          # wandb.mode=offline, the default
+        proc = run(tmp, f"hydra.run.dir={d / 'run'}", "trainer.max_steps=300", "trainer.log_every=1",
+                   cmd=TRAIN[:3])
+        line = expect(proc, 2, "metrics.jsonl: cannot write record ", "(No space left on device)")
+        no_tmp(d)
+    return line
+
+
+def row14(tmp: Path) -> str:
+    with disk(tmp / "d", "2m") as d:
+        proc = run(tmp, f"hydra.run.dir={d / 'run'}", "backend=torch", "cluster.world_size=2", "trainer.max_steps=40",
+                   "trainer.checkpoint_every_steps=10")
+        line = expect(proc, 2, "checkpoint.pt: cannot write the checkpoint (No space left on device)")
+        no_tmp(d)
+    return line
+
+
+# -- the first and third matrices (m1-*, m3-*) ---------------------------------------------------------
+REFUSED = {      # bad input: override -> a piece of its one line (exit 2, nothing left in the folder it ran in)
+    "m1-1": ("compressor=foo", "error: compressor=foo: no such option; allowed: dense, "),
+    "m1-2": ("+foo=1", "error: foo: unknown key; allowed: backend, "),
+    "m1-4": ("compressor.density=1.5", "error: compressor.density=1.5: must be a number in (0, 1]"),
+    "m1-5": ("schedule.warmup_start=-1", "error: schedule.warmup_start=-1: must be null (lr / world_size) or a "),
+    "m1-7": ("dataset=mnist", "error: dataset.data_dir='data/mnist': no such directory (dataset=mnist reads "),
+    "m1-8": ("cluster.world_size=10000", "x cluster.world_size=10000 = 320000 samples per step, more than the "),
+    "m1-13": ("hydra.run.dir=/sys/x", "error: hydra.run.dir=/sys/x: cannot write there ("),
+    "m3-19": ("hydra.run.dir=out/a;touch x", "Hydra's override grammar refused ';' (no place in an unquoted value)"),
 }
 
 
@@ -275,64 +351,203 @@ def refused(key: str) -> Callable[[Path], str]:
     def row(tmp: Path) -> str:
         override, piece = REFUSED[key]
         line = expect(run(tmp, override), 2, piece)
-        if list(tmp.iterdir()):
-            raise Short(f"left behind: {sorted(p.name for p in tmp.iterdir())}")
+        nothing_left(tmp)
         return line
     return row
 
 
-ROWS: dict[str, tuple[str, Callable[[Path], str]]] = {
-    **{key: (f"'{override}'", refused(key)) for key, (override, _) in REFUSED.items()},
-    "1": ("a full disk at a checkpoint (2 MiB tmpfs)", row1),
-    "2": ("a full disk while metrics.jsonl is written (100 KiB)", row2),
-    "3": ("a full disk while summary.json is written (no inode left)", row3),
-    "4": ("a full disk during a 3-point sweep (100 KiB)", row4),
-    "5": ("trainer.resume=auto into a finished run without checkpoint", row5),
-    "6": ("a checkpoint with 42 bytes XOR-ed with 0xff", row6),
-    "7": ("metrics.jsonl cut mid-line, then resume", row7),
-    "8": ("metrics.jsonl short of the checkpoint's records, then resume", row8),
-    "9": ("hydra.run.dir=out/r52_ünï日本", row9),
-    "10": ("python -m ssgd.report on garbage files", row10),
-    "11": ("ssgd.ddp.register(nn.Linear(10, 2))", row11),
-    "12": ("SIGINT to backend=torch that inherited SIGINT ignored", row12),
-    "sweep-sigint": ("SIGINT in a sweep's first point", sweep_sigint),
-}
+def nothing_left(tmp: Path) -> None:
+    if list(tmp.iterdir()):
+        raise Short(f"left behind: {sorted(p.name for p in tmp.iterdir())}")
 
 
-def replay(key: str) -> tuple[str, str, float]:
-    """(result, what was seen, seconds) of one row, in a temporary folder removed after it."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"ssgd-faults-{key}-"))
-    start = time.monotonic()
+def m1_wandb_without_key(tmp: Path) -> str:
+    no_key = {"WANDB_API_KEY": "", "NETRC": str(tmp / "no-netrc"), "HOME": str(tmp / "home")}
+    (tmp / "home").mkdir()
+    line = expect(run(tmp, "wandb.mode=online", cmd=TRAIN[:3], env=no_key), 2,
+                  "error: wandb.mode=online: no wandb API key here")
+    if [p.name for p in tmp.iterdir()] != ["home"] or list((tmp / "home").iterdir()):
+        raise Short("something was written")
+    return line
+
+
+def m1_holds_another_run(tmp: Path) -> str:
+    run_dir = tmp / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "train/loss": 2.3}\n')
+    (run_dir / "summary.json").write_text('{"steps": 1}\n')
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    line = expect(run(tmp, f"hydra.run.dir={run_dir}", "trainer.max_steps=1"), 2,
+                  f"error: hydra.run.dir={run_dir}: already holds a run (metrics.jsonl, summary.json)")
+    if {p.name: p.read_bytes() for p in run_dir.iterdir()} != before:
+        raise Short("the folder changed")
+    return line
+
+
+def m1_resume_another_seed(tmp: Path) -> str:
+    checkpoint = base_copy(tmp) / "checkpoint.pt"
+    return expect(run(tmp, f"trainer.resume={checkpoint}", "seed=12345", f"hydra.run.dir={tmp / 'new'}"), 2,
+                  f"error: trainer.resume='{checkpoint}': written by a run with seed=", "this run has seed=12345 (",
+                  "trainer.resume_weights_only=true starts a new run from its weights only)")
+
+
+def m1_rank_count(tmp: Path) -> str:
+    """`mpiexec -n 3` of a worker config written for 2 ranks (`mpi.launch=false` writes it)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from ssgd.errors import ConfigError
+    from ssgd.run.launch_mpi import mpiexec_path, worker_command, worker_env
     try:
-        result, seen = "ok", ROWS[key][1](tmp)
+        mpiexec = mpiexec_path()
+    except ConfigError as err:
+        raise Skip(str(err)) from None
+    config = tmp / "run" / "worker_config.yaml"
+    expect(run(tmp, "backend=mpi", "cluster.world_size=2", "mpi.launch=false", f"hydra.run.dir={tmp / 'run'}"), 0,
+           one_line=False)
+    proc = run(tmp, "-n", "3", *worker_command(config), cmd=[mpiexec], timeout=120, env=worker_env(local=True))
+    expect(proc, 2, "cluster.world_size=2 but this MPI job has 3 ranks", one_line=False)
+    return next(line for line in proc.stderr.splitlines() if "but this MPI job has 3 ranks" in line)
+
+
+def m1_sigterm(tmp: Path) -> str:
+    run_dir = tmp / "run"
+    proc = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1"],
+                     lambda: records(run_dir / "metrics.jsonl") >= 2, ignore_sigint=False, signum=signal.SIGTERM)
+    line = expect(proc, 143, "interrupted by SIGTERM at step ", "wrote ", "trainer.resume=auto")
+    if not (run_dir / "checkpoint.pt").is_file() or (run_dir / "summary.json").exists():
+        raise Short("no checkpoint, or a summary.json")
+    return line
+
+
+def m1_rank_raises(tmp: Path) -> str:
+    proc = run(tmp, "backend=mpi", "cluster.world_size=2", "debug.fail_rank=1", "debug.fail_step=3",
+               "debug.fail_mode=raise", f"hydra.run.dir={tmp / 'run'}", timeout=180,
+               env={"SSGD_RANK_HOOK": str(ROOT / "tests" / "rank_faults.py")})
+    return expect(proc, 1, "error: backend=mpi: rank 1 failed: RuntimeError: injected failure at step 3 "
+                  "(debug.fail_rank=1) (traceback in ")
+
+
+def m1_sweep_bad_point(tmp: Path) -> str:
+    proc = run(tmp, "-m", "compressor.density=0.01,1.5,0.001", "trainer.max_steps=2", *TRAIN[2:],
+               f"hydra.sweep.dir={tmp / 's'}", cmd=TRAIN[:2])
+    expect(proc, 2, "sweep: 1 of 3 points failed", one_line=False)
+    if not list((tmp / "s").glob("1-*/error.txt")) or len(list((tmp / "s").glob("*/summary.json"))) != 2:
+        raise Short("not 2 summaries and the bad point's error.txt")
+    return [line for line in proc.stderr.splitlines() if line.startswith("sweep: ")][0]
+
+
+class Code:
+    """Pickles as a call of os.system: what a checkpoint must never run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return os.system, (f"touch {self.marker}",)
+
+
+def m3_pickle_with_code(tmp: Path) -> str:
+    import torch   # only this row needs it here
+
+    marker, evil = tmp / "ran", tmp / "evil.pt"
+    torch.save({"shared": {"params": [Code(marker)]}, "ranks": {}}, evil)
+    line = expect(run(tmp, f"trainer.resume={evil}", f"hydra.run.dir={tmp / 'new'}"), 2,
+                  f"error: trainer.resume='{evil}': refused, its pickle names posix.system", "nothing in it was run")
+    if marker.exists():
+        raise Short("the pickle's code ran")
+    return line
+
+
+def m3_resume_other_lr(tmp: Path) -> str:
+    checkpoint = base_copy(tmp) / "checkpoint.pt"
+    return expect(run(tmp, f"trainer.resume={checkpoint}", "optimizer.lr=0.05", f"hydra.run.dir={tmp / 'new'}"), 2,
+                  "written by a run with optimizer.lr=0.1", "this run has optimizer.lr=0.05 "
+                  "(trainer.resume_changes=[optimizer.lr] allows the change")
+
+
+def m3_port_in_use(tmp: Path) -> str:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        line = expect(run(tmp, "backend=torch", "cluster.world_size=2", f"dist.master_port={port}",
+                          f"hydra.run.dir={tmp / 'run'}"), 2,
+                      f"error: dist.master_port={port}: port {port} is already in use on this host")
+    return line
+
+
+def m3_wandb_mode_bogus(tmp: Path) -> str:
+    line = expect(run(tmp, cmd=TRAIN[:3], env={"WANDB_MODE": "bogus"}), 2,
+                  "error: WANDB_MODE=bogus: must be one of disabled, offline, online (or unset)")
+    nothing_left(tmp)
+    return line
+
+
+ROWS: dict[str, Callable[[Path], str]] = {
+    **{key: refused(key) for key in REFUSED},
+    "m1-11": m1_wandb_without_key, "m1-14": m1_holds_another_run, "m1-15": m1_resume_another_seed,
+    "m1-18": m1_rank_count, "m1-20": m1_sigterm, "m1-23": m1_rank_raises,
+    "m1-26": m1_sweep_bad_point,
+    "m3-1": m3_pickle_with_code, "m3-5": m3_resume_other_lr, "m3-14": m3_port_in_use, "m3-18": m3_wandb_mode_bogus,
+    "1": row1, "2": row2, "3": row3, "4": row4, "5": row5, "6": row6, "7": row7, "8": row8, "9": row9,
+    "9b": row9b, "10": row10, "11": row11, "12": row12, "13": row13, "14": row14, "17": sweep_sigint,
+}
+"""The rows replayed, by their `#` in docs/faults.md; every other row is pinned by the tests its row names."""
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children waited for (ranks count through their launcher)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def replay(key: str) -> tuple[str, str, float, float]:
+    """(result, what was seen, seconds, CPU seconds) of one row, in a temporary folder removed after it."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"ssgd-faults-{key}-"))
+    start, cpu = time.monotonic(), cpu_seconds()
+    try:
+        result, seen = "ok", ROWS[key](tmp)
+    except subprocess.TimeoutExpired as late:
+        result, seen = "short", f"still running after {late.timeout:.0f} s"
     except Short as short:
         result, seen = "short", str(short)
     except Skip as skip:
         result, seen = "skip", str(skip)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return result, seen, time.monotonic() - start
+    return result, seen, time.monotonic() - start, cpu_seconds() - cpu
+
+
+def case_text(case: str, width: int = 60) -> str:
+    plain = case.replace("`", "")
+    return plain if len(plain) <= width else plain[:width - 3] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows (default: all: {','.join(ROWS)})")
+    rows = {row.key: row for row in doc_rows()}
+    parser.add_argument("--rows", default=",".join(rows), help="comma-separated rows, the `#` column of "
+                        "docs/faults.md (default: every row of its matrices)")
     keys = parser.parse_args(argv).rows.split(",")
-    unknown = [k for k in keys if k not in ROWS]
+    unknown = [k for k in keys if k not in rows]
     if unknown:
-        print(f"error: --rows={unknown[0]}: no such row; allowed: {', '.join(ROWS)}", file=sys.stderr)
+        print(f"error: --rows={unknown[0]}: no such row of {DOC.name}; allowed: {', '.join(rows)}", file=sys.stderr)
         return 2
-    start, results = time.monotonic(), []
-    print(f"{'row':<13} {'result':<6} {'s':>5}  case: what was seen")
+    start, cpu, results = time.monotonic(), cpu_seconds(), []
+    print(f"{'row':<6} {'result':<6} {'s':>5} {'cpu s':>5}  case: what was seen (or the tests that pin it)")
     for key in keys:
-        result, seen, took = replay(key)
+        if key in ROWS:
+            result, seen, took, used = replay(key)
+            shown = f"{took:5.1f} {used:5.1f}"
+        else:
+            result, seen, shown = "test", "covered by " + ", ".join(rows[key].tests), "    -     -"
         results.append(result)
-        print(f"{key:<13} {result:<6} {took:5.1f}  {ROWS[key][0]}: {seen[:160]}", flush=True)
+        print(f"{key:<6} {result:<6} {shown}  {case_text(rows[key].case)}: {seen[:160]}", flush=True)
     if BASE:
         shutil.rmtree(BASE[0].parent, ignore_errors=True)
-    counts = {r: results.count(r) for r in ("ok", "short", "skip")}
-    print(f"faults: {counts['ok']} ok, {counts['short']} short, {counts['skip']} skipped in "
-          f"{time.monotonic() - start:.0f} s")
+    counts = {r: results.count(r) for r in ("ok", "short", "skip", "test")}
+    print(f"faults: {counts['ok']} ok, {counts['short']} short, {counts['skip']} skipped, {counts['test']} covered by "
+          f"tests in {time.monotonic() - start:.0f} s, {cpu_seconds() - cpu:.0f} s of CPU (load average "
+          f"{os.getloadavg()[0]:.1f} at the end)")
     return 1 if counts["short"] else 0
 
 

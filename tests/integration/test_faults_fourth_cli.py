@@ -63,6 +63,33 @@ def test_a_full_disk_in_a_sweep_fails_each_point_in_one_line_and_the_sweep_goes_
     no_leftovers(sweep)
 
 
+@pytest.mark.parametrize("backend", ["torch", "mpi"])
+def test_a_full_disk_in_a_rank_is_its_one_line_and_exit_2(disk, tmp_path, backend):
+    """Row 14: rank 0's checkpoint does not fit; the launcher passes the rank's line and status 2 through (was:
+    exit 1, `rank 0 failed: DiskFull: ...`)."""
+    run_dir = disk("2m") / "run"
+    proc = run(tmp_path, f"hydra.run.dir={run_dir}", f"backend={backend}", "cluster.world_size=2",
+               "trainer.max_steps=40", "trainer.checkpoint_every_steps=10", timeout=240)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert one_line(proc.stderr).startswith(f"error: {run_dir / 'checkpoint.pt'}: cannot write the checkpoint (No "
+                                            "space left on device): it needs about ")
+    assert not (run_dir / "checkpoint.pt").exists()
+    no_leftovers(run_dir)
+
+
+def test_a_full_disk_with_wandb_offline_is_one_line(disk, tmp_path):
+    """Row 13: the default wandb.mode=offline; metrics.jsonl meets the full disk first, then closing the wandb run
+    must not replace that line (was: exit 1, an OSError traceback from wandb's readable files)."""
+    run_dir = disk("400k") / "run"
+    proc = subprocess.run([*TRAIN, "trainer.progress=false", f"hydra.run.dir={run_dir}", "trainer.max_steps=300",
+                           "trainer.log_every=1"], capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env=env())
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = one_line(proc.stderr)
+    assert line.startswith(f"error: {run_dir / 'metrics.jsonl'}: cannot write record ") and "No space left" in line
+    no_leftovers(run_dir)
+
+
 def test_a_run_directory_with_letters_outside_ascii_works_and_stdout_stays_clean(tmp_path):
     """Row 9 (was: "the override grammar refused a character"), and matplotlib's first-run font cache line
     (was: "generated new fontManager" on stdout): a fresh MPLCONFIGDIR builds the cache."""

@@ -161,8 +161,20 @@ def test_values_with_letters_outside_ascii_are_quoted_for_hydra():
     assert quote_non_ascii(["hydra.run.dir=out/r52_ünï日本", "seed=2", "-m", "+a.b=é"]) == \
         ['hydra.run.dir="out/r52_ünï日本"', "seed=2", "-m", '+a.b="é"']
     # a value that holds grammar (a sweep, quotes, interpolation) is the user's to quote: left as it is
-    kept = ["x=ü,é", "x='ü'", "x=${y}ü", "x=a;ü b"]
-    assert quote_non_ascii(kept) == kept
+    kept = ["x=ü,é", "x='ü'", "x=${y}ü", "x=a;ü b", "hydra.run.dir=out/r52_ünï日本;x", "x=ü#1"]
+    assert quote_non_ascii(kept) == kept      # (the last two hold what the lexer refuses, as `x=a;b` does)
+
+
+def test_a_refused_character_beside_letters_outside_ascii_is_named_with_the_quoting():
+    """Row 9's follow-up: `;` is the cause, not the letters (was: the generic list of grammar characters)."""
+    from ssgd.run.hydra_errors import lexer_hint
+    assert lexer_hint("hydra.run.dir=out/r52_ünï日本;x") == (
+        "Hydra's override grammar refused ';' (no place in an unquoted value; nor are the letters outside ASCII "
+        "'üï日本'): quote the value inside the shell quotes: 'hydra.run.dir=\"out/r52_ünï日本;x\"'")
+    assert lexer_hint("hydra.run.dir=out/a;touch x").startswith("Hydra's override grammar refused ';' (no place in "
+                                                                "an unquoted value): quote")
+    assert lexer_hint("x=${y}ü").startswith("Hydra's override grammar refused the letters outside ASCII 'ü' (taken "
+                                            "only in quoted values)")
 
 
 # -- row 10: python -m ssgd.report on files that are not a run's ---------------------------------------

@@ -26,6 +26,10 @@ At the steps in `capture.u_steps`, rank 0 also saves `<run>/capture/u_step<N>.pt
 u (float32 [d], CPU), `selected` (`Payload.indices()` of its payload; None for dense), `sent` (those
 that counted as sent), step, epoch, density, k and the scheme name. Capture never changes training: it
 reads u, and draws its Random-k indices from its own generator.
+
+Both files go through ssgd.utils.atomic: a stats record is one whole write, cut back when the disk cannot take
+it, and a `u_step<N>.pt` is written to a temporary file and renamed; on a full disk either is the one line
+(`DiskFull`, exit status 2) naming the file, the bytes needed and free, with what was written before intact.
 """
 from __future__ import annotations
 
@@ -41,7 +45,9 @@ from ssgd.comm.collectives.dense import DenseAllreduce
 from ssgd.compress.randomk import sample_distinct
 from ssgd.compress.sparse import k_of
 from ssgd.config import CaptureConfig
+from ssgd.loop.checkpoint import tensor_bytes
 from ssgd.payload import Dense, Payload
+from ssgd.utils.atomic import append_whole, open_appending, replacing
 from ssgd.utils.seeding import rank_generator
 from ssgd.worlds.base import World
 
@@ -116,10 +122,15 @@ class Capture:
         self.dir = Path(run_dir) / "capture"
         self.generator = rank_generator(seed, 0, "capture")
         self.file = None
+        self.records = 0
         if is_root:
             self.dir.mkdir(parents=True, exist_ok=True)
             if cfg.stats:
-                self.file = open(self.dir / "stats.jsonl", "a", buffering=1)
+                self.file = open_appending(self.stats_path, "the capture's statistics")
+
+    @property
+    def stats_path(self) -> Path:
+        return self.dir / "stats.jsonl"
 
     def wants(self, step: int) -> bool:
         """Whether `step` (1-based) is observed; the same answer on every rank."""
@@ -140,12 +151,25 @@ class Capture:
             record = {"step": step, "epoch": epoch, **u_statistics(u, payload, sent, density, self.generator)}
             if x is not None:
                 record.update(ijcai_parts(x, aggregated, density, self.generator))
-            self.file.write(json.dumps(record) + "\n")
+            self.append_stats(record)
         if step in self.cfg.u_steps:
-            torch.save({"u": u.detach().cpu().clone(), "step": step, "epoch": epoch, "density": density,
-                        "k": k_of(u.numel(), density), "scheme": self.scheme,
-                        "selected": _cpu(payload.indices()), "sent": _cpu(sent.indices())},
-                       self.dir / f"u_step{step:06d}.pt")
+            self.save_u(step, {"u": u.detach().cpu().clone(), "step": step, "epoch": epoch, "density": density,
+                               "k": k_of(u.numel(), density), "scheme": self.scheme,
+                               "selected": _cpu(payload.indices()), "sent": _cpu(sent.indices())})
+
+    def append_stats(self, record: dict) -> None:
+        """Append `record` to capture/stats.jsonl as one whole line, or nothing (DiskFull on a full disk)."""
+        append_whole(self.file, (json.dumps(record) + "\n").encode(), self.stats_path,
+                     f"the capture record of step {record['step']}", f"its {self.records} records before it are kept")
+        self.records += 1
+
+    def save_u(self, step: int, state: dict) -> Path:
+        """Write `state` to capture/u_step<step>.pt atomically and space-checked (the bytes of its tensors)."""
+        path = self.dir / f"u_step{step:06d}.pt"
+        with replacing(path, f"the captured gradient of step {step}", tensor_bytes(state)) as tmp:
+            with open(tmp, "wb") as f:             # a file object: torch then raises the OSError itself
+                torch.save(state, f)
+        return path
 
     def close(self) -> None:
         if self.file is not None:

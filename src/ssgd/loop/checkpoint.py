@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ssgd.errors import AlreadyFinished, ConfigError
-from ssgd.utils.atomic import replacing
+from ssgd.utils.atomic import append_whole, open_appending, replacing
 
 FILENAME = "checkpoint.pt"
 AUTO = "auto"
@@ -211,8 +211,9 @@ def check_fits(shared: dict, path: Path, run_identity: dict[str, Any], d: int, w
 
 def record_changes(run_dir: Path, changes: list[dict[str, Any]]) -> None:
     """Append each allowed change of a resume to run_dir/resumes.jsonl (one JSON line each)."""
-    if changes:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)    # a resume into a new run directory
-        with (Path(run_dir) / RESUMES).open("a") as f:
-            for change in changes:
-                f.write(json.dumps(change) + "\n")
+    if changes:                      # one write of every line, or none (ssgd.utils.atomic: DiskFull on a full disk)
+        path = Path(run_dir) / RESUMES                       # (its folder is made: a resume into a new run directory)
+        with open_appending(path, "the record of the resume's changes") as f:
+            append_whole(f, "".join(json.dumps(change) + "\n" for change in changes).encode(), path,
+                         f"the record of the resume's changes ({', '.join(c['key'] for c in changes)})",
+                         "the records before it are kept")

@@ -186,8 +186,8 @@ class Trainer:
                 self._step_boundary(finished_epoch, last)
         finally:
             bar.close()
-        if self.capture is not None:
-            self.capture.close()
+            if self.capture is not None:      # (also after a full disk or another error: its file is closed)
+                self.capture.close()
         return self._summary(time.perf_counter() - start)
 
     def _train_step(self, it: int, spe: int) -> None:

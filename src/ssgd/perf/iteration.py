@@ -198,9 +198,13 @@ class Profile:
         except TypeError as err:                  # e.g. a number where a list belongs
             raise ValueError(f"profile {data.get('name')!r}: {err}") from err
 
+    def to_json(self) -> str:
+        """The profile as JSON (2-space indent, trailing newline): what `save` writes and `load` reads."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
     def save(self, path: str | Path) -> None:
-        """Write the profile as JSON (2-space indent, trailing newline)."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Write `to_json` to `path` (the lab's tools write it atomically instead: ssgd.utils.atomic)."""
+        Path(path).write_text(self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:

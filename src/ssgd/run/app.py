@@ -37,7 +37,7 @@ import ssgd.config  # noqa: E402,F401  (registers the schema `base_config` in Hy
 import ssgd.run.rundir  # noqa: E402,F401  (registers the run directory resolvers of conf/config.yaml)
 from ssgd.errors import (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError,  # noqa: E402
                          Interrupted, RunEnded)
-from ssgd.run.hydra_errors import COMPOSITION_ERRORS, one_line_error  # noqa: E402
+from ssgd.run.hydra_errors import COMPOSITION_ERRORS, one_line_error, refused_characters  # noqa: E402
 from ssgd.loop.stop import exit_status  # noqa: E402
 from ssgd.run.startup import Phases, check_before_imports, print_profile, take_profile_flag  # noqa: E402
 from ssgd.run.sweep import (PointFailed, hydra_write_failure, install_hydra_config_writer, record_failure,  # noqa: E402
@@ -185,12 +185,15 @@ GRAMMAR_CHARS = set(",[]{}()'\"\\$= \t")
 
 def quote_non_ascii(argv: list[str]) -> list[str]:
     """The command line with each `key=value` whose value holds non-ASCII characters (`hydra.run.dir=out/ünï`)
-    and nothing of Hydra's grammar quoted (`key="value"`): Hydra's lexer takes letters outside ASCII only in
-    quoted values, and its refusal named a grammar character the value did not hold."""
+    and nothing else Hydra's lexer refuses unquoted, nor anything of its grammar, quoted (`key="value"`): its lexer
+    takes letters outside ASCII only in quoted values. A value that also holds a character the lexer refuses
+    (`;`, `#`, ...) is left as written, as such a value in ASCII is: Hydra refuses it, and the one line names
+    that character and the quoting (`ssgd.run.hydra_errors.lexer_hint`)."""
     out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
-        plain = eq and not arg.startswith("-") and not value.isascii() and not (set(value) & GRAMMAR_CHARS)
+        plain = eq and not arg.startswith("-") and not (set(value) & GRAMMAR_CHARS) and not refused_characters(value)[0]
+        plain = plain and not value.isascii()
         out.append(f'{key}="{value}"' if plain else arg)
     return out
 

@@ -83,7 +83,10 @@ class Heartbeat:
             tmp.write_text(json.dumps(self.record()))
             os.replace(tmp, path)
         except (OSError, ValueError, TypeError, AttributeError):
-            pass
+            try:
+                tmp.unlink(missing_ok=True)   # a full disk: no partial temporary file left behind
+            except OSError:
+                pass
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -6,6 +6,7 @@ path); `src/train.py` turns them into `error: <one line>` and exit status 2.
 from __future__ import annotations
 
 import re
+import string
 
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
@@ -15,14 +16,44 @@ COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException)
 
 QUOTING_HINT = ("Hydra's override grammar refused a character (; = , [ ] { } ( ) ' \" or a space): quote the "
                 "value inside the shell quotes, e.g. 'hydra.run.dir=\"out/a;b\"'")
+UNQUOTED_OK = set(string.ascii_letters + string.digits + "_-/\\+.$%*@?|" + " \t" + "()[]{},:=" + "'\"")
+"""What Hydra's lexer takes in an unquoted value (hydra/grammar/OverrideLexer.g4, VALUE_MODE): letters, digits,
+its UNQUOTED_CHAR set, blanks, its grammar's brackets, separators and quotes. Anything else (`;`, `#`, `&`, `!`,
+`~`, letters outside ASCII, ...) it takes only inside a quoted value."""
+
+
+def refused_characters(value: str) -> tuple[list[str], list[str]]:
+    """(ASCII characters of `value` that Hydra's lexer refuses unquoted, its characters outside ASCII), each
+    once, in the order they come."""
+    refused = [c for c in dict.fromkeys(value) if c not in UNQUOTED_OK]
+    return [c for c in refused if c.isascii()], [c for c in refused if not c.isascii()]
+
+
+def lexer_hint(override: str) -> str:
+    """The hint for an `override` Hydra's lexer refused: the characters it refused (a character with no place in
+    its grammar is the real cause even beside letters outside ASCII) and the override quoted as it would be read
+    (`QUOTING_HINT` when the characters refused are not to be found in the value)."""
+    key, eq, value = override.partition("=")
+    ascii_refused, foreign = refused_characters(value)
+    if not eq or not (ascii_refused or foreign) or '"' in value:
+        return QUOTING_HINT
+    named = " ".join(repr(c) for c in ascii_refused)
+    letters = "".join(foreign)
+    if ascii_refused:
+        what = f"{named} (no place in an unquoted value" + (
+            f"; nor are the letters outside ASCII {letters!r})" if foreign else ")")
+    else:
+        what = f"the letters outside ASCII {letters!r} (taken only in quoted values)"
+    return f"Hydra's override grammar refused {what}: quote the value inside the shell quotes: '{key}=\"{value}\"'"
 
 
 def one_line_error(err: BaseException) -> str:
     """One line naming the override or config file at fault and what is allowed; an override Hydra's lexer
-    cannot read gets the quoting hint (`QUOTING_HINT`)."""
+    cannot read gets the characters it refused and how to quote it (`lexer_hint`)."""
     line = _one_line(err)
     if "LexerNoViableAltException" in line or "mismatched input" in line or "no viable alternative" in line:
-        return f"{line} ({QUOTING_HINT})"
+        override = line.split(": ", 1)[1] if line.startswith("LexerNoViableAltException: ") else ""
+        return f"{line} ({lexer_hint(override)})"
     return line
 
 

@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from ssgd.errors import EXIT_FAILED, ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status, meaning
 from ssgd.run import backends, reach
-from ssgd.run.job import ENDED_ENV, ENDED_FILE, WORKER_CONFIG, prepare, read_ended
+from ssgd.run.job import ENDED_ENV, ENDED_FILE, WORKER_CONFIG, prepare, read_ended, release, reserve
 from ssgd.run.heartbeat import HEARTBEAT_DIR, HEARTBEAT_ENV, Watch
 from ssgd.run.orphans import die_with_parent_preexec
 
@@ -155,9 +155,8 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
     RunEnded (the first failing rank's line and the job's exit status) or Interrupted (a signal stopped it)."""
     config_path = prepare(cfg, run_dir)
     argv = mpiexec_command(cfg, config_path)
-    ended = run_dir / ENDED_FILE
-    ended.parent.mkdir(parents=True, exist_ok=True)
-    ended.unlink(missing_ok=True)                      # an earlier attempt's report in this directory
+    ended = run_dir / ENDED_FILE       # (an earlier attempt's report replaced) its bytes reserved: a rank that
+    reserve(ended, "the ranks' report of how the job ended")      # meets a full disk can still say so there
     beats = run_dir / HEARTBEAT_DIR
     shutil.rmtree(beats, ignore_errors=True)           # an earlier attempt's heartbeats
     env = {**worker_env(local=not cfg.cluster.get("hostfile")), ENDED_ENV: str(ended), HEARTBEAT_ENV: str(beats)}
@@ -176,6 +175,7 @@ def launch(cfg: DictConfig, run_dir: Path) -> None:
         status = stopper.wait()
     reader.join(timeout=5)
     raise_ending(status, stopper, relay, read_ended(ended), P)
+    release(ended)                                     # it ended well: no empty report left behind
 
 
 def raise_ending(status: int, stopper: JobStopper, relay: OpenMPIFilter, reported: tuple[int, str] | None,

@@ -37,7 +37,9 @@ from omegaconf import DictConfig, OmegaConf
 from ssgd.errors import ConfigError, Interrupted, RunEnded
 from ssgd.loop.stop import exit_status
 from ssgd.run import backends, reach
-from ssgd.run.job import ENDED_ENV, ENDED_FILE, prepare, read_ended
+from ssgd.run.job import (ENDED_ENV, ENDED_FILE, prepare, read_ended, read_reserved, release, reserve,
+                          write_reserved)
+from ssgd.utils.atomic import write_text_atomic
 from ssgd.run.launch_mpi import worker_env
 from ssgd.worlds.rendezvous import LocalRank, check_port_free, free_port, rank_device
 
@@ -150,8 +152,8 @@ def watch(procs: list[subprocess.Popen], hosts: list[str] | None = None, said: P
             line = "; ".join(f"rank {r}{where(r)} {describe_exit(c)}" for r, c in failed)
             if said is not None:
                 note = reach.silent_hosts_note(hosts)
-                said.write_text(json.dumps({"status": failed[0][1], "note": note,
-                                            "line": f"backend=torch: {line}{note}; the other ranks were stopped"}))
+                write_reserved(said, json.dumps({"status": failed[0][1], "note": note,     # reserved by `launch`
+                                                 "line": f"backend=torch: {line}{note}; the other ranks were stopped"}))
             log.info(f"backend=torch: {line}; stopping the other ranks")
             stop(procs)
             return failed[0][1] if failed[0][1] > 0 else 1
@@ -179,11 +181,10 @@ def launch(cfg: DictConfig, run_dir: Path) -> int:
     config_path = prepare(cfg, run_dir)
     P = int(cfg.cluster.world_size)
     port = int(OmegaConf.select(cfg, "dist.master_port") or free_port())
-    ended = run_dir / ENDED_FILE                # the ranks' report of how the job ended (`ending`)
-    ended.parent.mkdir(parents=True, exist_ok=True)
-    ended.unlink(missing_ok=True)
+    ended = run_dir / ENDED_FILE                # the ranks' report of how the job ended (`ending`): its bytes
+    reserve(ended, "the ranks' report of how the job ended")      # reserved, so that a full disk cannot lose it
     watched = run_dir / WATCHED_FILE
-    watched.unlink(missing_ok=True)
+    reserve(watched, "the launcher's report of the first rank to fail")
     base = {**worker_env(local=True), ENDED_ENV: str(ended)}
     remote = host_ranks(cfg, base, config_path, port)
     hosts = hostfile_slots(Path(cfg.cluster.hostfile))[:P] if remote is not None else None
@@ -236,6 +237,8 @@ def ending(status: int, run_dir: Path) -> RunEnded | None:
     launcher's (`watch`, `<run dir>/mpi/watched.txt`) when that rank was killed or reported nothing, else the
     rank's own report; what the other ranks reported after it stays in their traceback files."""
     if status == 0:
+        release(run_dir / ENDED_FILE)
+        release(run_dir / WATCHED_FILE)
         return None
     reported = read_ended(run_dir / ENDED_FILE)
     if status in INTERRUPTS:
@@ -246,8 +249,8 @@ def ending(status: int, run_dir: Path) -> RunEnded | None:
         return Interrupted(re.sub(r"^interrupted by SIG\w+", f"interrupted by {name}", line), status, step=-1,
                            checkpoint=None)
     try:
-        watched = json.loads((run_dir / WATCHED_FILE).read_text())
-    except (OSError, ValueError):
+        watched = json.loads(read_reserved(run_dir / WATCHED_FILE) or "null")
+    except ValueError:
         watched = None
     if watched is not None and (watched["status"] < 0 or reported is None):
         # the first rank to fail was killed (it could say nothing) or said nothing: the launcher's line names it;
@@ -321,7 +324,7 @@ def print_sbatch(cfg: DictConfig, run_dir: Path) -> Path:
     config_path = prepare(cfg, run_dir)
     text = sbatch_script(cfg, config_path)
     path = run_dir / SBATCH_FILE
-    path.write_text(text)
+    write_text_atomic(path, text, "the batch script")
     path.chmod(0o755)
     sys.stdout.write(text)
     sys.stdout.flush()

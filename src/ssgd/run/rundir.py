@@ -46,6 +46,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from ssgd.errors import EXIT_BAD_INPUT, ConfigError
+from ssgd.utils.atomic import write_bytes_atomic
 
 _SUFFIX = secrets.token_hex(3)       # one per process, so every node that asks in one run gets the same
 HYDRA_SUBDIR = ".hydra"              # Hydra's record of the composed config, rewritten at every start
@@ -168,7 +169,10 @@ class Taken:
             return
         hydra = self.path / HYDRA_SUBDIR
         for name, data in self.hydra.items():
-            (hydra / name).write_bytes(data)
+            try:           # a temporary file, then a rename: a full disk leaves Hydra's file, never half of one
+                write_bytes_atomic(hydra / name, data, "Hydra's record of the run")
+            except (OSError, ConfigError):     # DiskFull: the run's own refusal stays its one line
+                pass
         for name, size in self.sizes.items():
             target = self.path / name
             if target.is_file() and not target.is_symlink() and target.stat().st_size > size:

@@ -29,7 +29,8 @@ from omegaconf import OmegaConf
 from ssgd import config
 from ssgd.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, AlreadyFinished, ConfigError, Interrupted
 from ssgd.run import backends
-from ssgd.run.job import ENDED_ENV, ENDED_FILE
+from ssgd.run.job import ENDED_ENV, ENDED_FILE, write_reserved
+from ssgd.utils.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 HOOK_ENV = config.RANK_HOOK_ENV
@@ -61,22 +62,14 @@ class Prefixed:
 
 def report_end(status: int, message: str, run_dir: Path, say: bool) -> None:
     """Tell the user how this rank's job ended: to the launcher's file when a launcher started the job (the
-    first rank to write it wins, so the user sees the first failure), else as one line on stderr (when
-    `say`: ranks that all hit the same problem let one of them say it)."""
+    first rank to write it wins, so the user sees the first failure; the launcher reserved its bytes, so a full
+    disk does not keep the line from it), else, or when that file cannot be written, as one line on stderr
+    (when `say`: ranks that all hit the same problem let one of them say it)."""
     path = os.environ.get(ENDED_ENV)
-    if path is None:
-        if say:
-            log.error(f"error: {message}")
+    if path is not None and write_reserved(Path(path), f"{status}\t{message}\n"):
         return
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return
-    except OSError:
+    if say or path is not None:
         log.error(f"error: {message}")
-        return
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{status}\t{message}\n")
 
 
 # Third-party text kept out of the one line (the traceback file keeps it): gloo's advice and sign-off
@@ -97,13 +90,14 @@ def without_banners(text: str) -> str:
 def failure(err: Exception, rank: int, run_dir: Path, backend: str = "mpi") -> str:
     """The one line for an exception on this rank; its traceback goes to <run dir>/mpi/rank<r>-traceback.txt."""
     path = run_dir / ENDED_FILE.parent / f"rank{rank}-traceback.txt"
+    where = f"traceback in {path}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(traceback.format_exc())
-    except OSError:
-        pass
+        write_text_atomic(path, traceback.format_exc(), "the rank's traceback")
+    except (OSError, ConfigError) as unwritten:      # a full disk (DiskFull), a read-only folder
+        where = f"no traceback file: {unwritten}"
     first = without_banners(f"{type(err).__name__}: {err}".strip().splitlines()[0])
-    return f"backend={backend}: rank {rank} failed: {first} (traceback in {path})"
+    return f"backend={backend}: rank {rank} failed: {first} ({where})"
 
 
 def end_alone(world: Any, status: int) -> NoReturn:
@@ -240,6 +234,14 @@ def build_rank(world: Any, path: Path, stop: Any) -> tuple[Any, Any, config.Conf
     return built
 
 
+def close_quietly(writer: Any) -> None:
+    """Close `writer` after the run's error, which stays the one line (wandb's own troubles are dropped)."""
+    try:
+        writer.close()
+    except Exception:                         # noqa: BLE001 -- see the docstring
+        log.debug("closing the metric writer after an error failed", exc_info=True)
+
+
 def train(world: Any, trainer: Any, writer: Any, run_dir: Path) -> int:
     """Train; 0 when the run finished well, else the job ends here with the run's status."""
     from ssgd.run.final_lines import diverged, final_lines
@@ -254,10 +256,18 @@ def train(world: Any, trainer: Any, writer: Any, run_dir: Path) -> int:
         if world.is_root:                     # every rank stopped at the same step boundary
             report_end(err.status, str(err), run_dir, say=True)
         end_together(world, err.status)
+    except ConfigError as err:                # a full disk (DiskFull) on this rank: its one line, exit status 2
+        close_quietly(writer)
+        report_end(EXIT_BAD_INPUT, str(err), run_dir, say=True)
+        end_alone(world, EXIT_BAD_INPUT)
     except Exception as err:                  # this rank alone: the others wait in a collective
         report_end(EXIT_FAILED, failure(err, world.rank, run_dir, world.backend), run_dir, say=True)
         end_alone(world, EXIT_FAILED)
-    writer.close()
+    try:
+        writer.close()
+    except ConfigError as err:                # wandb's files on a full disk (DiskFull)
+        report_end(EXIT_BAD_INPUT, str(err), run_dir, say=True)
+        end_alone(world, EXIT_BAD_INPUT)
     if world.is_root:
         log.info(final_lines(summary))
         log.info(f"  outputs: {run_dir}")

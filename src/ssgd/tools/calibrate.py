@@ -25,6 +25,7 @@ from pathlib import Path
 from ssgd.run.launch_mpi import mpiexec_path, worker_env
 from ssgd.config import conf_dir
 from ssgd.perf.alphabeta import AlphaBeta, fit_alpha_beta, fit_alpha_beta_regimes
+from ssgd.utils.atomic import full_disk_is_one_line, write_text_atomic
 
 CONF = conf_dir() / "cluster"
 
@@ -44,6 +45,7 @@ def cluster_yaml(name: str, world_size: int, net: AlphaBeta, meta: dict, hostfil
             f"hostfile: {hostfile or 'null'}\nmpiexec_args: []\n")
 
 
+@full_disk_is_one_line
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Fit alpha/beta by an MPI ping-pong and write conf/cluster/NAME.yaml")
     ap.add_argument("--name", default="measured", help="cluster config name (default: measured)")
@@ -94,13 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     fit = fit_alpha_beta_regimes if args.fit == "regimes" else fit_alpha_beta
     net = fit(meta["nbytes"], meta["seconds"])
     if args.points:
-        Path(args.points).write_text(json.dumps({**meta, "fit": args.fit, "alpha": net.alpha, "beta": net.beta},
-                                                indent=1) + "\n")
+        write_text_atomic(Path(args.points), json.dumps({**meta, "fit": args.fit, "alpha": net.alpha,
+                                                          "beta": net.beta}, indent=1) + "\n", "the ping-pong's points")
     print(f"{'bytes':>12} {'measured us':>12} {'fit us':>10}")
     for n, t in zip(meta["nbytes"], meta["seconds"]):
         print(f"{n:>12} {t * 1e6:>12.2f} {net.message(n) * 1e6:>10.2f}")
     print(f"alpha = {net.alpha:.4g} s, beta = {net.beta:.4g} s/byte ({args.fit} fit)")
-    out.write_text(cluster_yaml(args.name, args.world_size, net, meta, args.hostfile, args.fit))
+    write_text_atomic(out, cluster_yaml(args.name, args.world_size, net, meta, args.hostfile, args.fit),
+                      "the cluster config")
     print(f"wrote {out}: use it with `python src/train.py cluster={args.name}`")
     return 0
 

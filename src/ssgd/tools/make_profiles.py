@@ -39,6 +39,7 @@ from torch import nn
 from ssgd.perf import profiles
 from ssgd.perf.iteration import Profile
 from ssgd.perf.paper import PAPER_MODELS, TOPK_SECONDS_PER_NLOGN, PaperModel
+from ssgd.utils.atomic import full_disk_is_one_line, write_text_atomic
 
 GAUSSIAN_PASSES = 6                            # assumption, see the module docstring
 FORWARD_SHARE = 1 / 3                          # t_f = 0.5 t_b (the authors' `gmwfbp_speedup`)
@@ -165,6 +166,7 @@ def make_profile(pm: PaperModel) -> Profile:
                    threshold_select_s=threshold, derivation=" ".join(lines))
 
 
+@full_disk_is_one_line
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write the shipped iteration-time profiles (JSON)")
     ap.add_argument("--out", default=None, help="output folder (default: the ssgd.perf.profiles package)")
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and pm.name not in args.only:
             continue
         prof = make_profile(pm)
-        prof.save(out / f"{pm.name}.json")
+        write_text_atomic(out / f"{pm.name}.json", prof.to_json(), "the profile")
         print(f"{pm.name:<9} d={prof.d:>11,} layers={len(prof.layers):>3} t_f+t_b={prof.t_f + prof.t_b:.4g} s "
               f"select={prof.select_s:.4g} s -> {out / (pm.name + '.json')}")
     return 0

@@ -29,6 +29,7 @@ from ssgd.compress.gaussiank import GaussianK
 from ssgd.compress.topk import TopK
 from ssgd.perf.iteration import Profile
 from ssgd.loop.replica import loss_and_correct
+from ssgd.utils.atomic import full_disk_is_one_line, write_text_atomic
 
 
 def weighted_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -137,6 +138,7 @@ def _device_name(dev: torch.device) -> str:
     return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
 
 
+@full_disk_is_one_line
 def main(argv: list[str]) -> int:
     from hydra import compose, initialize_config_dir
 
@@ -163,7 +165,7 @@ def main(argv: list[str]) -> int:
     profile = measure_profile(model, x, y, name, reps=int(options.get("reps", 10)))
     out = Path(options.get("out", f"outputs/profiles/{name}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    profile.save(out)
+    write_text_atomic(Path(out), profile.to_json(), "the profile")
     print(f"{name}: d = {profile.d:,}, forward {profile.t_f * 1e3:.2f} ms, backward {profile.t_b * 1e3:.2f} ms, "
           f"top-k {profile.select_s * 1e3:.2f} ms, Gaussian-k {profile.threshold_select_s * 1e3:.2f} ms, "
           f"update {profile.update_s * 1e3:.2f} ms -> {out}")

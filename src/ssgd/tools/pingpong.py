@@ -15,9 +15,12 @@ import socket
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 from mpi4py import MPI
+
+from ssgd.utils.atomic import full_disk_is_one_line, write_text_atomic
 
 SIZES = [8 * 4**i for i in range(13)]        # 8 B .. 128 MiB
 
@@ -50,6 +53,7 @@ def library_version() -> str:
     return text.split(",")[0].strip()
 
 
+@full_disk_is_one_line
 def main(argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     try:
@@ -63,9 +67,9 @@ def main(argv: list[str]) -> int:
     seconds = [one_way_seconds(comm, n, idle_ms / 1e3) for n in SIZES]
     hosts = comm.gather(socket.gethostname(), root=0)
     if comm.rank == 0:
-        with open(argv[0], "w") as f:
-            json.dump({"nbytes": SIZES, "seconds": seconds, "hosts": hosts, "idle_ms": idle_ms,
-                       "mpi": library_version()}, f)
+        write_text_atomic(Path(argv[0]), json.dumps({"nbytes": SIZES, "seconds": seconds, "hosts": hosts,
+                                                      "idle_ms": idle_ms, "mpi": library_version()}),
+                          "the ping-pong's times")
     return 0
 
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from ssgd.perf.cost import ring_chunks
 from ssgd.perf.platform import Platform, TcpModel, gbps
+from ssgd.utils.atomic import full_disk_is_one_line, write_text_atomic
 
 CROSS_TRAFFIC = 1.05          # LV08: a flow loads its reverse route with 5 % of its rate (network/crosstraffic)
 SMALL_MAX, LARGE_MIN = 8192, 2 * 2**20
@@ -202,6 +203,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@full_disk_is_one_line
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -225,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
           f"on {args.bw} ({rate * result.bandwidth_factor / 1e6:.1f} MB/s)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sources = f"{args.pingpong.name} and the P=2 dense allreduce at d={args.calibration_d} ({args.allreduce.name})"
-    args.out.write_text(cluster_yaml(args.name, args.hosts, rate * 8 / 1e9, result,
-                                     (pp.get("alpha", 0.0), pp.get("beta", 0.0)), sources))
+    text = cluster_yaml(args.name, args.hosts, rate * 8 / 1e9, result, (pp.get("alpha", 0.0), pp.get("beta", 0.0)),
+                        sources)
+    write_text_atomic(args.out, text, "the cluster config")
     print(f"wrote {args.out}")
     return 0
 

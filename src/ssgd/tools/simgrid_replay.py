@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 import os
 import subprocess
@@ -46,6 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ssgd.utils.atomic import full_disk_is_one_line, write_text_atomic
 
 BUCKET_BYTES = 25 * 2**20          # DDP's default bucket_cap_mb = 25
 DENSITY = 0.001                    # the paper's rho (conf/compressor/topk.yaml, gtopk.yaml)
@@ -309,11 +312,12 @@ def run_network(network: str, plan: Sequence[tuple[str, str, int]], out: Path, m
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     """rows (COLUMNS; floats with 6 significant digits) to `path`, its folder created."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in r.items()})
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=COLUMNS)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in r.items()})
+    write_text_atomic(path, text.getvalue(), "the replay's table")
 
 
 def run_all(out: Path, extra: Sequence[str]) -> int:
@@ -352,6 +356,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@full_disk_is_one_line
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     bad = [P for P in args.P or [] if P < 1]

@@ -14,7 +14,9 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+import functools
+import sys
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 from ssgd.errors import DiskFull
 
@@ -100,3 +102,51 @@ def write_bytes_atomic(path: Path, data: bytes, what: str) -> None:
 def write_text_atomic(path: Path, text: str, what: str = "the file") -> None:
     """Write `text` (UTF-8) to `path` atomically and space-checked (see `replacing`)."""
     write_bytes_atomic(path, text.encode(), what)
+
+
+def open_appending(path: Path, what: str) -> BinaryIO:
+    """`path` opened for appending whole records (`append_whole`): binary, unbuffered, created when missing (its
+    folder too). DiskFull when the file system has no room (or no inode) for it."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "ab", buffering=0)
+    except OSError as err:
+        reason = no_space_reason(err)
+        if reason is None:
+            raise
+        raise disk_full(path, what, 0, reason, "nothing was written") from err
+
+
+def append_whole(file: BinaryIO, data: bytes, path: Path, what: str, kept: str) -> None:
+    """Append `data` to `file` (from `open_appending`, which names `path`) as one whole record, or nothing: a
+    write the disk cannot take (ENOSPC, a quota) is cut back to the file's length before it and raises DiskFull
+    naming `path`, `what` and the bytes needed and free; `kept` says what stays ("its 113 records before it are
+    kept"). Any other failure is cut back the same way and raised as it is."""
+    start = file.seek(0, os.SEEK_END)
+    try:
+        done = 0
+        while done < len(data):
+            done += file.write(data[done:]) or 0
+    except OSError as err:
+        os.ftruncate(file.fileno(), start)
+        reason = no_space_reason(err)
+        if reason is None:
+            raise
+        raise disk_full(path, what, len(data), reason, kept) from err
+
+
+Main = TypeVar("Main", bound=Callable[..., int])
+
+
+def full_disk_is_one_line(main: Main) -> Main:
+    """A command's `main` whose DiskFull (a file it writes that the disk cannot take) is its one line on stderr
+    and exit status 2 instead of a traceback (the lab's tools: calibrations, profiles, replays)."""
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except DiskFull as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    return wrapped  # type: ignore[return-value]

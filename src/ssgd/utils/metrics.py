@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ssgd.errors import ConfigError
+from ssgd.errors import ConfigError, DiskFull
 
 from ssgd.utils import wandb_run
-from ssgd.utils.atomic import disk_full, no_space_reason, write_text_atomic
+from ssgd.utils.atomic import (append_whole, check_space, disk_full, no_space_reason, open_appending,
+                               write_text_atomic)
 
 WANDB_MODES = ("disabled", "offline", "online")
 METRICS = "metrics.jsonl"
 log = logging.getLogger("ssgd.train")
+WANDB_FILES = "wandb's own files"
+WANDB_START_BYTES = 256 * 1024    # about what wandb writes when a run starts (logs, metadata; measured: ~50 KB)
 ONLINE_INIT_TIMEOUT_S = 20.0      # wandb's own default (90 s) is how long a run without network waits silently
 
 
@@ -110,12 +113,27 @@ class MetricWriter:
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.records = keep_metrics(self.run_dir / METRICS, keep_records)
-            self.file = open(self.run_dir / METRICS, "ab", buffering=0)   # each record one write: see _append
+            self.file = open_appending(self.run_dir / METRICS, "the run's metrics")   # each record one write
         except OSError as err:
             raise ConfigError(f"{self.run_dir}: cannot write the run's outputs there ({err.strerror}); "
                               "choose another directory with hydra.run.dir=...") from None
         if wandb_mode != "disabled":
+            check_space(self.wandb_dir, WANDB_FILES, WANDB_START_BYTES, "nothing was written")
             self.wandb_run = self._wandb(wandb_mode, project, config, name, wandb_id, wandb_init)
+
+    @property
+    def wandb_dir(self) -> Path:
+        """The folder of wandb's own files (offline runs, logs): `<run>/wandb`."""
+        return self.run_dir / "wandb"
+
+    def _wandb_full(self, err: BaseException) -> DiskFull | None:
+        """`err`, raised by wandb, as the one line naming `wandb_dir` when it is a full disk (any disguise; wandb's
+        files are wandb's to write, so this is the line, not an atomic write); None when `err` is another failure,
+        or already a DiskFull (one of the files written here), to be raised as it is."""
+        reason = None if isinstance(err, DiskFull) else no_space_reason(err)
+        if reason is None:
+            return None
+        return disk_full(self.wandb_dir, WANDB_FILES, 0, reason, "the run's own files written before are kept")
 
     def _wandb(self, mode: str, project: str, config: dict | None, name: str | None, run_id: str | None,
                wandb_init: dict[str, Any] | None) -> Any:
@@ -131,6 +149,11 @@ class MetricWriter:
                              resume="allow" if run_id else None, **init, **settings)
         except Exception as err:      # wandb's errors (no key, no network) have no common base we can name
             self.close()
+            if isinstance(err, DiskFull):
+                raise
+            full = self._wandb_full(err)
+            if full is not None:
+                raise full from err
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ConfigError(f"wandb.mode={mode}: {first} (wandb.mode=offline needs no network; "
                               "`wandb sync` uploads later)") from None
@@ -148,37 +171,55 @@ class MetricWriter:
         self._append((json.dumps(record) + "\n").encode())
         self.records += 1
         if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=int(record["step"]))
+            try:
+                self.wandb_run.log({k: v for k, v in record.items() if k != "step"}, step=int(record["step"]))
+            except Exception as err:      # noqa: BLE001 -- a full disk is the one line; anything else as it is
+                full = self._wandb_full(err)
+                if full is None:
+                    raise
+                raise full from err
 
     def _append(self, data: bytes) -> None:
         """Append one whole record to metrics.jsonl, or nothing: a write the disk cannot take (ENOSPC, a quota)
         is cut back to the file's length before it and raises DiskFull (exit status 2)."""
-        start = self.file.seek(0, os.SEEK_END)
-        try:
-            done = 0
-            while done < len(data):
-                done += self.file.write(data[done:]) or 0
-        except OSError as err:
-            os.ftruncate(self.file.fileno(), start)
-            reason = no_space_reason(err)
-            if reason is None:
-                raise
-            raise disk_full(self.run_dir / METRICS, f"record {self.records + 1} of the run's metrics", len(data),
-                            reason, f"its {self.records} records before it are kept") from err
+        append_whole(self.file, data, self.run_dir / METRICS, f"record {self.records + 1} of the run's metrics",
+                     f"its {self.records} records before it are kept")
 
     def summary(self, summary: dict[str, Any]) -> None:
         if not self.enabled:
             return
         write_json_atomic(self.run_dir / "summary.json", summary, "the run's summary")
         if self.wandb_run is not None:
-            self.wandb_run.summary.update(wandb_run.final_summary(summary))
+            try:
+                self.wandb_run.summary.update(wandb_run.final_summary(summary))
+            except Exception as err:      # noqa: BLE001 -- a full disk is the one line; anything else as it is
+                full = self._wandb_full(err)
+                if full is None:
+                    raise
+                raise full from err
 
     def close(self) -> None:
+        """Close metrics.jsonl and finish the wandb run (offline: its readable files first). A full disk met
+        in wandb's part raises DiskFull naming its file or `<run>/wandb`, unless close runs while another error
+        is on its way (a `finally:` after the run's first DiskFull): that first error stays the run's one line."""
+        failing = sys.exc_info()[1] is not None
         if self.file is not None:
             self.file.close()
             self.file = None
-        if self.wandb_run is not None:
-            if self.wandb_mode == "offline":
-                wandb_run.write_readable_files(self.wandb_run)
-            self.wandb_run.finish()
-            self.wandb_run = None
+        if self.wandb_run is None:
+            return
+        run, self.wandb_run = self.wandb_run, None
+        try:
+            try:
+                if self.wandb_mode == "offline":
+                    wandb_run.write_readable_files(run)
+            finally:
+                run.finish()
+        except Exception as err:          # noqa: BLE001 -- see the docstring
+            if failing:
+                log.debug(f"wandb while closing after an error: {type(err).__name__}: {err}")
+                return
+            full = self._wandb_full(err)
+            if full is None:
+                raise
+            raise full from err

@@ -22,6 +22,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ssgd.utils.atomic import write_text_atomic
+
 # define_metric summaries: the best validation values and the last throughput, not the last values only
 # (keys: ssgd.utils.metric_names)
 SUMMARIES: dict[str, str] = {"val/acc": "max", "val/loss": "min", "val/ppl": "min",
@@ -131,6 +133,6 @@ def write_readable_files(run: Any) -> list[Path]:
     config = {key: {"value": value} for key, value in run.config.as_dict().items()}
     summary = run.summary._as_dict() if hasattr(run.summary, "_as_dict") else dict(run.summary)
     out = [files / "config.yaml", files / "wandb-summary.json"]
-    out[0].write_text(yaml.safe_dump(config, sort_keys=False))
-    out[1].write_text(json.dumps(summary, default=str, indent=1) + "\n")
+    write_text_atomic(out[0], yaml.safe_dump(config, sort_keys=False), "wandb's offline config")
+    write_text_atomic(out[1], json.dumps(summary, default=str, indent=1) + "\n", "wandb's offline summary")
     return out
