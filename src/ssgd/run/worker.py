@@ -268,5 +268,22 @@ def train(world: Any, trainer: Any, writer: Any, run_dir: Path) -> int:
     end_together(world, EXIT_DIVERGED)
 
 
+def leave(status: int) -> NoReturn:
+    """End this rank's process with `status` once its run is over, without the interpreter's teardown (about
+    0.8 s of CPU per rank with torch loaded: seconds of the job's wall time when P ranks share few cores):
+    wandb's service stopped (rank 0), every log handler flushed and closed, MPI finalised when it was
+    initialised (Open MPI counts a rank that exits without MPI_Finalize as failed), then `os._exit`."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and hasattr(wandb, "teardown"):
+        wandb.teardown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))
