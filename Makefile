@@ -101,7 +101,7 @@ bench-simgrid: $(STAMP)  ## SimGrid's own cost: one gTop-k call at P = 32 ... 1,
 bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, P = 2..64, d = 1M, 25M, 1 and 10 GbE -> bench/results/zoo.csv + paper_figs/measured/zoo.csv (docs/zoo.md)
 	PYTHONPATH=src $(PY) bench/zoo.py $(ARGS)
 
-bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases
+bench-startup: $(STAMP)  ## seconds to refuse bad input, a good run's start-up phases, and thread/mpi/torch time outside training, interleaved (ARGS="--part backends --baseline-src DIR")
 	$(PY) bench/startup.py $(ARGS)
 
 bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress
