@@ -9,6 +9,8 @@ job has `cluster.world_size` ranks, picks its device (`world.prepare`), checks a
 report (stdout and `<run dir>/train.log`, ssgd.utils.logs.setup_rank). Other ranks' output lines are
 prefixed with `[rank r]`. How a rank's run ended, when not well, goes to the launcher's file (`report_end`)
 or, under the user's own launcher, to stderr as one line; the exit status is the run's (docs/faults.md).
+The process then ends with that status at once (`leave`: wandb stopped, logs flushed, MPI finalised, no
+interpreter teardown), so the launcher sees the job end seconds sooner where ranks share cores.
 
 HOOK_ENV names a Python file whose `attach(trainer, world, config)` runs on every rank after the build and
 before training (the tests' fault injection, tests/rank_faults.py, is one).
