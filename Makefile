@@ -105,7 +105,7 @@ bench-zoo: $(STAMP)  ## SIMULATED race (SimGrid) of dense/TopkA/gTop-k/Ok-Topk, 
 fsdp-convergence: $(STAMP)  ## FSDP Top-k (ssgd.fsdp) beside DDP Top-k (ssgd.ddp), FNN-3 and SmallCNN, densities 0.01 / 0.001, 3 seeds, 2 gloo ranks -> bench/results/fsdp_convergence.csv (docs/fsdp.md)
 	$(PY) bench/fsdp_convergence.py --out $(RESULTS_DIR)/fsdp_convergence.csv $(ARGS)
 
-bench-startup: $(STAMP)  ## seconds to refuse bad input (value, key, data path) and a good run's start-up phases
+bench-startup: $(STAMP)  ## seconds to refuse bad input, a good run's start-up phases, and thread/mpi/torch time outside training, interleaved (ARGS="--part backends --baseline-src DIR")
 	$(PY) bench/startup.py $(ARGS)
 
 bench: $(STAMP)  ## every benchmark + <OUT or bench/results>/summary.md, with progress

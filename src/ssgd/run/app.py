@@ -65,11 +65,14 @@ def run(cfg: DictConfig, run_dir: Path, phases: Phases | None = None) -> float:
     from ssgd.run import backends, build  # after the checks and Hydra's parsing: `--help` and bad input stay fast
 
     phases.mark("import torch + ssgd")
+    parts = backends.parts(config.backend)
+    if not parts.in_process:                   # this process checks the optimizer's settings but never steps it
+        from ssgd.utils import lazy_dynamo
+        lazy_dynamo.defer()                    # so it need not import torch._dynamo (ssgd.utils.lazy_dynamo)
     spec = build.spec(cfg, config)
     phases.mark("spec")
     build.preflight(spec)                      # before any rank starts or any state is allocated
     phases.mark("preflight")
-    parts = backends.parts(config.backend)
     if parts.in_process:
         return train_here(spec, run_dir, phases)
     launcher = parts.launcher_module()

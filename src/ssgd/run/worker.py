@@ -9,6 +9,8 @@ job has `cluster.world_size` ranks, picks its device (`world.prepare`), checks a
 report (stdout and `<run dir>/train.log`, ssgd.utils.logs.setup_rank). Other ranks' output lines are
 prefixed with `[rank r]`. How a rank's run ended, when not well, goes to the launcher's file (`report_end`)
 or, under the user's own launcher, to stderr as one line; the exit status is the run's (docs/faults.md).
+The process then ends with that status at once (`leave`: wandb stopped, logs flushed, MPI finalised, no
+interpreter teardown), so the launcher sees the job end seconds sooner where ranks share cores.
 
 HOOK_ENV names a Python file whose `attach(trainer, world, config)` runs on every rank after the build and
 before training (the tests' fault injection, tests/rank_faults.py, is one).
@@ -278,5 +280,22 @@ def train(world: Any, trainer: Any, writer: Any, run_dir: Path) -> int:
     end_together(world, EXIT_DIVERGED)
 
 
+def leave(status: int) -> NoReturn:
+    """End this rank's process with `status` once its run is over, without the interpreter's teardown (about
+    0.8 s of CPU per rank with torch loaded: seconds of the job's wall time when P ranks share few cores):
+    wandb's service stopped (rank 0), every log handler flushed and closed, MPI finalised when it was
+    initialised (Open MPI counts a rank that exits without MPI_Finalize as failed), then `os._exit`."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and hasattr(wandb, "teardown"):
+        wandb.teardown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))

@@ -80,7 +80,8 @@ class MPIWorld:
         return self.rank == 0
 
     def close(self, together: bool = False) -> None:
-        """Nothing to leave: MPI finalises at the interpreter's exit (`together` as TorchWorld.close)."""
+        """Nothing to leave: a rank of backend=mpi finalises MPI as it exits (ssgd.run.worker.leave), any
+        other process at the interpreter's exit (mpi4py's own hook); `together` as TorchWorld.close."""
 
     in_group = True    # MPI is initialised when the world exists (torch.distributed joins in `prepare`)
 
