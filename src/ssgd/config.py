@@ -265,7 +265,7 @@ class TrainConfig:
     """`trainer:` the S-SGD loop."""
 
     batch_size: int = 32             # samples per worker per step: weak scaling, global batch = P x batch_size
-    epochs: int = 100                # 4,000 embedded digits: 31 steps per epoch at P = 4, 3 at P = 32
+    epochs: int = 30                 # 4,000 embedded digits: 31 steps per epoch at P = 4 (930 steps), 3 at P = 32
     max_steps: Optional[int] = None  # stop after this many steps in total (null: run all epochs)
     eval_every: int = 10             # epochs between evaluations (and always after the last step)
     eval_batch: int = 1000           # samples per evaluation forward pass
