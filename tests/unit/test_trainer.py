@@ -84,11 +84,17 @@ def test_resume_from_a_checkpoint_is_bitwise(compressor, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_run_learns(tmp_path):
-    """The default job (FNN-3, embedded MNIST, gTop-k at density 0.001, 4 workers) reaches 90 % (20 of its 30 epochs: 0.928 there at seed 1)."""
-    summary, _ = train(tmp_path, "trainer.log_every=50", "trainer.epochs=20")
-    assert summary["compressor"] == "gtopk" and summary["world_size"] == 4
+def test_default_run_learns_without_overfitting(tmp_path):
+    """The default job (FNN-3, embedded MNIST, gTop-k at density 0.001, 4 workers, 30 epochs, weight decay 1e-3)
+    runs 930 steps, reaches 90 % (0.923 at seed 1 on the AVX2 VM, docs/running.md) and its validation loss ends
+    within 1.2x of its lowest evaluation (1.08x there; the earlier default, 100 epochs at 1e-4, ended at 1.39x)."""
+    import json
+    summary, _ = train(tmp_path, "trainer.log_every=50")
+    assert summary["compressor"] == "gtopk" and summary["world_size"] == 4 and summary["steps"] == 930
     assert summary["val/acc"] >= 0.90
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["val/loss"] for r in rows if "val/loss" in r]
+    assert len(losses) == 6 and losses[-1] <= 1.2 * min(losses), losses      # epochs 5, 10, ..., 30
 
 
 def plain_gtopk_loop(P: int, steps: int, seed: int, batch: int, rule: str, *overrides: str) -> list[torch.Tensor]:
