@@ -80,7 +80,9 @@ def records(lr_of, warmup: bool = True) -> list[dict]:
 def drawn(rows: list[dict]) -> dict:
     """{panel title: main axes} of the run figure of `rows`."""
     from ssgd.utils import run_report
+    import matplotlib.pyplot as plt
     fig = run_report.draw_run({"compressor": "gtopk", "world_size": 4, "steps": 200, "epochs": 6}, rows)
+    plt.close(fig)                                              # its axes stay readable
     return {ax.get_title(): ax for ax in fig.axes if ax.get_title() and not ax.get_title().startswith("warm-up")}
 
 
