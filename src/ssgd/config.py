@@ -267,9 +267,9 @@ class TrainConfig:
     """`trainer:` the S-SGD loop."""
 
     batch_size: int = 32             # samples per worker per step: weak scaling, global batch = P x batch_size
-    epochs: int = 100                # 4,000 embedded digits: 31 steps per epoch at P = 4, 3 at P = 32
+    epochs: int = 30                 # 4,000 embedded digits: 31 steps per epoch at P = 4 (930 steps), 3 at P = 32
     max_steps: Optional[int] = None  # stop after this many steps in total (null: run all epochs)
-    eval_every: int = 10             # epochs between evaluations (and always after the last step)
+    eval_every: int = 5              # epochs between evaluations (and always after the last step)
     eval_batch: int = 1000           # samples per evaluation forward pass
     log_every: int = 10              # steps per metrics.jsonl record (values are interval means)
     grad_clip: Optional[float] = None  # max L2 norm of the aggregated gradient (PTB: 0.25)

@@ -35,7 +35,7 @@ def test_run_writes_metrics_summary_config_and_offline_wandb(tmp_path):
     assert any("val/acc" in row for row in rows) and any("train/loss" in row for row in rows)
     assert list((out / "wandb").glob("offline-run-*")), "wandb offline run directory missing"
     log = (out / "train.log").read_text()              # every line of the run goes through logging
-    assert "final val accuracy" in log and "epoch 1: val/loss=" in log and f"outputs: {out}" in log
+    assert "final val accuracy" in log and "epoch 1/1 = step 7/7 (1 epoch = 7 steps of 32 x 16 samples): val/loss=" in log and f"outputs: {out}" in log
     # the run ends with a line naming its figure (docs/running.md#looking-at-results)
     assert proc.stdout.strip().splitlines()[-1].startswith(f"  report: {out / 'report.png'}"), proc.stdout[-500:]
     assert (out / "report.png").read_bytes()[:4] == b"\x89PNG"

@@ -113,6 +113,6 @@ def test_mpi_rank_0_logs_status_lines_and_the_report_into_train_log(tmp_path):
                           env={**os.environ, "WANDB_SILENT": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = (run_dir / "train.log").read_text()
-    assert "final val accuracy" in log and "step 4/4 (100.0%)" in log and "epoch 0: val/loss=" in log
+    assert "final val accuracy" in log and "step 4/4 (100.0%)" in log and "epoch 0.06/0.06 = step 4/4 (1 epoch = 62 steps of 2 x 32 samples): val/loss=" in log
     assert "step 4/4 (100.0%)" in proc.stdout and "[rank 1]" not in proc.stdout   # rank 0 only
     assert proc.stdout.count("step 4/4 (100.0%)") == 1

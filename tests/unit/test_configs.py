@@ -137,4 +137,5 @@ def test_laptop_data_keeps_the_global_defaults():
     for overrides in (["model=resnet20", "dataset=synthetic_cifar10"], []):
         cfg = make_cfg(*overrides)
         assert (cfg.trainer.epochs, cfg.optimizer.lr, cfg.trainer.batch_size) == \
-            (base.trainer.epochs, base.optimizer.lr, base.trainer.batch_size) == (100, 0.1, 32)
+            (base.trainer.epochs, base.optimizer.lr, base.trainer.batch_size) == (30, 0.1, 32)
+        assert cfg.optimizer.weight_decay == base.optimizer.weight_decay == 1e-3

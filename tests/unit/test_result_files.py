@@ -63,3 +63,58 @@ def test_separate_runs_are_labelled_by_folder_and_their_defaults_are_filled_from
     rows = list(csv.DictReader((tmp_path / result_files.SWEEP_CSV).open()))
     assert [(r["point"], r["compressor"], r["cluster"]) for r in rows] == \
         [("01-02-03", "topk", "32x1gbe"), ("01-09-40", "gtopk", "local")]
+
+
+def records(lr_of, warmup: bool = True) -> list[dict]:
+    """Training records every 10 steps of a 200-step run (density 0.004 for 30 steps if `warmup`), evaluations."""
+    rows = []
+    for s in range(10, 201, 10):
+        density = 0.004 if warmup and s <= 30 else 0.001
+        rows.append({"step": s, "epoch": s / 31, "train/loss": 2.0 / s, "train/acc": 1 - 1 / s, "lr": lr_of(s),
+                     "density/scheduled": density, "density/achieved": density * 0.99,
+                     "comm/bytes_sent": 8e5 * density, "comm/bytes_all_ranks": 3.2e6 * density,
+                     "time/step_s": 0.01 + s * 1e-5, "target/comm_s": 7e-6})
+    return rows + [{"step": s, "epoch": s / 31, "val/loss": 1 / s, "val/acc": 0.9} for s in (100, 200)]
+
+
+def drawn(rows: list[dict]) -> dict:
+    """{panel title: main axes} of the run figure of `rows`."""
+    from ssgd.utils import run_report
+    import matplotlib.pyplot as plt
+    fig = run_report.draw_run({"compressor": "gtopk", "world_size": 4, "steps": 200, "epochs": 6}, rows)
+    plt.close(fig)                                              # its axes stay readable
+    return {ax.get_title(): ax for ax in fig.axes if ax.get_title() and not ax.get_title().startswith("warm-up")}
+
+
+def test_a_constant_series_gets_no_panel_and_a_changing_one_does():
+    constant, decaying = drawn(records(lambda s: 0.1)), drawn(records(lambda s: 0.1 * 0.5 ** (s // 100)))
+    assert "learning rate" not in constant and "learning rate" in decaying
+    fig_text = " ".join(t.get_text() for t in next(iter(constant.values())).figure.texts)
+    assert "lr = 0.1" in fig_text                               # left out, but its value is said
+    # val/acc constant at 0.9: no validation line in the accuracy panel; the modelled comm time (constant) is left out
+    assert [line.get_label() for line in constant["accuracy"].lines] == ["training (step means)"]
+    assert all("modelled" not in line.get_label() for line in constant["time per step"].lines)
+
+
+def test_axis_labels_carry_the_registry_units():
+    from ssgd.utils.metric_names import METRICS
+    from ssgd.utils.run_report import PANELS
+    axes = drawn(records(lambda s: 0.1 / s))
+    assert set(axes) == {p.title for p in PANELS}
+    for panel in PANELS:
+        unit = METRICS[panel.keys[0]].unit
+        assert f"[{'dimensionless' if unit == '1' else unit}]" in axes[panel.title].get_ylabel(), panel.title
+        assert "[steps]" in axes[panel.title].get_xlabel() and "1 epoch = 31 steps" in axes[panel.title].get_xlabel()
+    assert "[B]" in axes["bytes sent per step"].get_ylabel() and "[s]" in axes["time per step"].get_ylabel()
+    assert "[fraction]" in axes["accuracy"].get_ylabel() and "[nats]" in axes["cross-entropy loss"].get_ylabel()
+
+
+def test_bytes_say_per_worker_and_all_ranks_and_density_shows_its_warm_up():
+    axes = drawn(records(lambda s: 0.1))
+    assert [line.get_label() for line in axes["bytes sent per step"].lines] == \
+        ["per worker (max over ranks)", "all ranks (sum)"]
+    assert axes["density k/d"].get_yscale() == "log"
+    insets = [a for a in axes["density k/d"].child_axes if a.get_title().startswith("warm-up")]
+    assert len(insets) == 1 and max(insets[0].lines[0].get_xdata()) == 80   # twice step 40, the first at 0.001
+    no_warmup = drawn(records(lambda s: 0.1, warmup=False))
+    assert "density k/d" not in no_warmup                       # constant density: no panel at all

@@ -46,7 +46,7 @@ def one_intra_op_thread():
 def test_dense_threads_equal_a_plain_sequential_loop(P, threads, tmp_path, one_intra_op_thread):
     _, params = train(tmp_path, "compressor=dense", f"cluster.world_size={P}", f"threads={threads}",
                       "trainer.max_steps=5", "trainer.batch_size=16", "seed=3")
-    expected = plain_loop(P, 5, seed=3, lr=0.1, momentum=0.9, wd=1e-4, batch=16)
+    expected = plain_loop(P, 5, seed=3, lr=0.1, momentum=0.9, wd=1e-3, batch=16)
     assert all(torch.equal(a, b) for a, b in zip(params, expected))
 
 
@@ -84,11 +84,17 @@ def test_resume_from_a_checkpoint_is_bitwise(compressor, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_run_learns(tmp_path):
-    """The default job (FNN-3, embedded MNIST, gTop-k at density 0.001, 4 workers) reaches 90 % (20 of its 100 epochs: ~92 % there)."""
-    summary, _ = train(tmp_path, "trainer.log_every=50", "trainer.epochs=20")
-    assert summary["compressor"] == "gtopk" and summary["world_size"] == 4
+def test_default_run_learns_without_overfitting(tmp_path):
+    """The default job (FNN-3, embedded MNIST, gTop-k at density 0.001, 4 workers, 30 epochs, weight decay 1e-3)
+    runs 930 steps, reaches 90 % (0.923 at seed 1 on the AVX2 VM, docs/running.md) and its validation loss ends
+    within 1.2x of its lowest evaluation (1.08x there; the earlier default, 100 epochs at 1e-4, ended at 1.39x)."""
+    import json
+    summary, _ = train(tmp_path, "trainer.log_every=50")
+    assert summary["compressor"] == "gtopk" and summary["world_size"] == 4 and summary["steps"] == 930
     assert summary["val/acc"] >= 0.90
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["val/loss"] for r in rows if "val/loss" in r]
+    assert len(losses) == 6 and losses[-1] <= 1.2 * min(losses), losses      # epochs 5, 10, ..., 30
 
 
 def plain_gtopk_loop(P: int, steps: int, seed: int, batch: int, rule: str, *overrides: str) -> list[torch.Tensor]:
@@ -96,7 +102,7 @@ def plain_gtopk_loop(P: int, steps: int, seed: int, batch: int, rule: str, *over
     `ssgd.compress` or `ssgd.loop`: per rank u = e + g, its exact local top-k (numpy argsort), the tree
     of `oracles.gtopk` (dicts), the update V_g / P at I_g, e = u with the entries that count as sent
     zeroed (`released`: its entries at I_g; `strict`: `oracles.gtopk_sent_strict`), then SGD with
-    momentum 0.9 and weight decay 1e-4 on the averaged sparse gradient (epoch 0: density 0.004)."""
+    momentum 0.9 and weight decay 1e-3 (the default) on the averaged sparse gradient (epoch 0: density 0.004)."""
     import numpy as np
     import oracles
     from ssgd.compress.sparse import k_of
@@ -107,7 +113,7 @@ def plain_gtopk_loop(P: int, steps: int, seed: int, batch: int, rule: str, *over
     params = list(model.parameters())
     d = sum(p.numel() for p in params)
     k = k_of(d, 0.004)
-    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-3)
     loader = ShardedLoader(data.x_train, data.y_train, P, batch, seed)
     loader.set_epoch(0)
     residuals = [np.zeros(d, dtype=np.float32) for _ in range(P)]
@@ -150,7 +156,7 @@ def test_gtopk_trainer_equals_a_plain_gtopk_loop(model, rule, tmp_path, one_intr
     expected = plain_gtopk_loop(4, 4, 3, 16, rule, *args)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(params, expected))
     other = plain_gtopk_loop(4, 4, 3, 16, "strict" if rule == "released" else "released", *args)
-    dense = plain_loop(4, 4, seed=3, lr=0.1, momentum=0.9, wd=1e-4, batch=16) if model == "fnn3" else other
+    dense = plain_loop(4, 4, seed=3, lr=0.1, momentum=0.9, wd=1e-3, batch=16) if model == "fnn3" else other
     assert not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(expected, dense))
 
 

@@ -167,6 +167,7 @@ class Trainer:
         Raises `Interrupted` at the first step boundary after a stop request, once a checkpoint is written."""
         cfg, spe = self.cfg, self.loader.steps_per_epoch
         total_steps = cfg.epochs * spe if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * spe)
+        self.total_steps = total_steps
         start = time.perf_counter()
         show = cfg.progress and self.world.is_root
         bar = Progress(total_steps, self.step_count, f"{self.sync.scheme.name} P={self.P}", show, cfg.status_every_s)
@@ -214,7 +215,17 @@ class Trainer:
     def _evaluate_and_log(self, bar: Progress) -> None:
         self.sums.val = self.evaluate()
         self.writer.log({"step": self.step_count, "epoch": float(self.epoch), **self.sums.val})
-        bar.write(f"epoch {self.epoch}: " + "  ".join(f"{k}={v:.4f}" for k, v in self.sums.val.items()))
+        bar.write(self._where() + ": " + "  ".join(f"{k}={v:.4f}" for k, v in self.sums.val.items()))
+
+    def _where(self) -> str:
+        """"epoch 10/30 = step 310/930 (1 epoch = 31 steps of 4 x 32 samples)": how far the run is, in epochs
+        (passes over the training split, fractional inside one) and steps, each out of the run's planned total."""
+        spe = self.loader.steps_per_epoch
+
+        def epochs(steps: int) -> str:
+            return f"{steps // spe}" if steps % spe == 0 else f"{steps / spe:.2f}"
+        return (f"epoch {epochs(self.step_count)}/{epochs(self.total_steps)} = step {self.step_count}/"
+                f"{self.total_steps} (1 epoch = {spe} steps of {self.P} x {self.cfg.batch_size} samples)")
 
     def _step_boundary(self, finished_epoch: bool, last: bool) -> None:
         """Checkpoints that are due, and the stop request: every rank takes the same decisions here (they

@@ -61,17 +61,18 @@ METRICS: MappingProxyType[str, Metric] = MappingProxyType({
     "lr": Metric("1", "learning rate of the step (after the schedule)", "step"),
     "residual/norm": Metric("1", "L2 norm of the first local rank's residual (error-feedback memory) at the record",
                             "record"),
-    "train/loss": Metric("1", "training loss of the step, mean over the P ranks' micro-batches", "step"),
-    "train/acc": Metric("1", "training accuracy of the step over all P ranks' samples (fraction)", "step"),
+    "train/loss": Metric("nats", "training loss (cross-entropy, natural log) of the step, mean over the P ranks' "
+                          "micro-batches", "step"),
+    "train/acc": Metric("fraction", "training accuracy of the step over all P ranks' samples (fraction)", "step"),
     # -- evaluation
-    "val/loss": Metric("1", "validation loss of rank 0's replica", "eval"),
-    "val/acc": Metric("1", "validation accuracy of rank 0's replica (fraction)", "eval"),
+    "val/loss": Metric("nats", "validation loss (cross-entropy, natural log) of rank 0's replica", "eval"),
+    "val/acc": Metric("fraction", "validation accuracy of rank 0's replica (fraction)", "eval"),
     "val/ppl": Metric("1", "validation perplexity exp(val/loss) (token datasets only)", "eval"),
     # -- density: configured, scheduled, achieved
-    "density/configured": Metric("1", "compressor.density as configured (k/d after any warm-up)", "run"),
-    "density/scheduled": Metric("1", "density the scheme asked for at the step: the warm-up schedule's value in "
+    "density/configured": Metric("fraction", "compressor.density as configured (k/d after any warm-up)", "run"),
+    "density/scheduled": Metric("fraction", "density the scheme asked for at the step: the warm-up schedule's value in "
                                 "warm-up epochs, else compressor.density", "step+run"),
-    "density/achieved": Metric("1", "entries the P ranks sent / (P d) at the step", "step+run"),
+    "density/achieved": Metric("fraction", "entries the P ranks sent / (P d) at the step", "step+run"),
     # -- bytes and messages
     "comm/bytes_sent": Metric("B", "bytes the busiest rank sent in the step's collective", "step+run"),
     "comm/bytes_all_ranks": Metric("B", "bytes all P ranks sent in the step's collective (sum over ranks)",

@@ -2,10 +2,12 @@
 
     python -m ssgd.report RUN_OR_SWEEP_DIR
 
-A run directory (it holds summary.json) gets `report.png`: training / validation loss, accuracy, achieved
-against scheduled density (the Top-k / gTop-k / Gaussian-k selection of Shi et al., ICDCS 2019, sec. III
-and arXiv:1911.08772), bytes each worker sent per step, and the time per step measured here beside the modelled
-time per iteration on the target cluster (Shi et al., ICDCS 2019, sec. IV; keys: docs/metrics.md). A run folder
+A run directory (it holds summary.json) gets `report.png` (ssgd.utils.run_report): training / validation loss,
+accuracy, achieved against scheduled density on a log axis with the warm-up inset (the Top-k / gTop-k /
+Gaussian-k selection of Shi et al., ICDCS 2019, sec. III and arXiv:1911.08772), bytes per step of one worker
+(the busiest) and of all ranks, the time per step measured here beside the modelled time per iteration on the
+target cluster (Shi et al., ICDCS 2019, sec. IV), and the learning rate; units on the axes from the registry
+(docs/metrics.md); a series that never changes gets no panel, only its value in the title. A run folder
 of an earlier version (its keys renamed since, `ssgd.utils.metric_names.RENAMED`) is read as it is, with one
 line saying so. A sweep directory (its job folders hold
 summary.json; or a folder of separate runs, such as outputs/<date>) gets `sweep_summary.csv` and `sweep_summary.md`
@@ -106,32 +108,16 @@ def older_version(run_dir: Path, summary: dict, rows: list[dict]) -> str | None:
 
 
 def run_figure(run_dir: Path) -> Path:
-    """Write run_dir/report.png (six panels, see the module docstring) and return its path."""
+    """Write run_dir/report.png (ssgd.utils.run_report: a panel per quantity that changes, units on the axes)
+    and return its path."""
+    from ssgd.utils.run_report import draw_run
+
     summary = read_json(run_dir / "summary.json")
     rows = read_metrics(run_dir)
     note = older_version(run_dir, summary, rows)
     if note:
         print(note, file=sys.stderr)
-    panels = [("loss", ["train/loss", "val/loss"]), ("accuracy", ["train/acc", "val/acc"]),
-              ("density", ["density/scheduled", "density/achieved"]), ("bytes sent per step", ["comm/bytes_sent"]),
-              ("seconds per step", ["time/step_s", "target/iter_s", "target/comm_s"]),
-              ("learning rate", ["lr"])]
-    labels = {"time/step_s": "measured step here", "target/iter_s": "modelled iteration on the target",
-              "target/comm_s": "modelled communication on the target"}
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
-    for ax, (title, keys) in zip(axes.flat, panels):
-        for key in keys:
-            x, y = series(rows, key)
-            if x:
-                ax.plot(x, y, marker="." if len(x) < 30 else None, label=labels.get(key, key))
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        if ax.lines:
-            ax.legend(fontsize=8)
-    fig.suptitle(f"{summary.get('compressor')} S-SGD, P={summary.get('world_size')}, {summary.get('steps')} steps, "
-                 f"{summary.get('model')} on {summary.get('dataset')}, cluster {summary.get('cluster')}")
-    fig.tight_layout()
-    return save_figure(fig, run_dir / RUN_FIGURE)
+    return save_figure(draw_run(summary, rows), run_dir / RUN_FIGURE)
 
 
 def swept(job_dir: Path) -> dict[str, str]:
