@@ -45,6 +45,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 NETWORKS = ("1GbE", "10GbE")          # labels of ssgd.tools.simgrid_replay.NETWORKS
+VOLUME = "volume"                     # --networks volume: bytes and messages on the threads executor, no times
+NAN = float("nan")
 DISTS = ("normal", "heavy")
 DENSITY = 0.001
 P_DEFAULT = (2, 4, 8, 16, 32, 64)
@@ -200,17 +202,21 @@ def payloads(case: Case, cache: Path, loaded: dict) -> list[Any]:
 
 
 def measure(case: Case, scheme: Scheme, pl: Sequence[Any], platform: Any) -> dict[str, Any]:
-    """Run the scheme's call(s) on SimGrid; the measured call's row (COLUMNS, without network and wall_s)."""
+    """Run the scheme's call(s) on SimGrid; the measured call's row (COLUMNS, without network and wall_s).
+    `platform` None: on the threads executor, bytes and messages only (the same counts as SimGrid's, tested in
+    tests/unit/test_simgrid_executor.py), the times NaN."""
     from ssgd.comm.executors.simgrid import run_simgrid
+    from ssgd.comm.executors.thread import run_threads
 
     coll = scheme.make()
     for _ in range(scheme.call):
-        _, logs = run_simgrid(coll, pl, platform, cpu="none")
+        _, logs = run_threads(coll, pl) if platform is None else run_simgrid(coll, pl, platform, cpu="none")
     sent = [lg.stats.bytes for lg in logs]
     msgs = [lg.stats.messages for lg in logs]
     k = case.d if case.dist == "-" else k_of(case.d)
     return {"dist": case.dist, "d": case.d, "k": k, "P": case.P, "scheme": case.scheme,
-            "t_max_s": max(lg.clock for lg in logs), "t_min_s": min(lg.clock for lg in logs),
+            "t_max_s": NAN if platform is None else max(lg.clock for lg in logs),
+            "t_min_s": NAN if platform is None else min(lg.clock for lg in logs),
             "bytes_max": max(sent), "bytes_mean": sum(sent) / len(sent), "messages_max": max(msgs),
             "messages_mean": sum(msgs) / len(msgs), "entries_mean": sum(len(p) for p in pl) / len(pl)
             if case.dist != "-" else case.d, "bound_bytes": paper_bound_bytes(k, case.P),
@@ -218,16 +224,19 @@ def measure(case: Case, scheme: Scheme, pl: Sequence[Any], platform: Any) -> dic
 
 
 def run_network(network: str, cases: Sequence[Case], cache: Path, out: Path) -> int:
-    """Every case on `network` in this process (one SimGrid platform); the CSV `out`."""
+    """Every case on `network` in this process (one SimGrid platform; VOLUME: the threads executor, no times);
+    the CSV `out`."""
     from ssgd.tools.simgrid_replay import platform_of
 
-    platform, reg, loaded, rows = platform_of(network, max(c.P for c in cases)), registry(), {}, []
+    platform = None if network == VOLUME else platform_of(network, max(c.P for c in cases))
+    reg, loaded, rows = registry(), {}, []
     for i, case in enumerate(cases):
         t0 = time.perf_counter()
         row = measure(case, reg[case.scheme], payloads(case, cache, loaded), platform)
         rows.append({"network": network, **row, "wall_s": time.perf_counter() - t0})
         log(f"{network} [{i + 1}/{len(cases)}] d={case.d:,} {case.dist} P={case.P} {case.scheme}: "
-            f"{row['t_max_s'] * 1e3:.2f} ms simulated, {row['bytes_max'] / 1e6:.3f} MB sent (max rank) "
+            f"{'no time' if platform is None else format(row['t_max_s'] * 1e3, '.2f') + ' ms simulated'}, "
+            f"{row['bytes_max'] / 1e6:.3f} MB sent (max rank) "
             f"({rows[-1]['wall_s']:.1f} s)")
     write_csv(out, rows)
     return 0
@@ -281,11 +290,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dists", nargs="+", default=list(DISTS), help=f"u's distributions: {', '.join(DISTS)}")
     ap.add_argument("--schemes", nargs="+", help="schemes (default: every one of the registry)")
     ap.add_argument("--dense-max-P", type=int, default=DENSE_MAX_P, help="dense only up to this P")
-    ap.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS)
+    ap.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=[*NETWORKS, VOLUME],
+                    help=f"simulated networks; {VOLUME}: bytes and messages only, on the threads executor "
+                         "(no SimGrid: for P where a simulation takes hours)")
     ap.add_argument("--out", type=Path, default=OUT, help="CSV to write")
     ap.add_argument("--copy", type=Path, default=None,
                     help=f"also copy the CSV there (default: {COPY.relative_to(ROOT)} when --out is the default)")
-    ap.add_argument("--worker", choices=NETWORKS, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=[*NETWORKS, VOLUME], help=argparse.SUPPRESS)
     ap.add_argument("--cache", type=Path, help=argparse.SUPPRESS)
     return ap
 

@@ -126,6 +126,20 @@ def test_measure_counts_what_each_rank_sent():
 
 
 @needs_simgrid
+@pytest.mark.parametrize("P", [3, 8])
+def test_volume_only_counts_what_simgrid_counts_without_times(P):
+    """--networks volume: the threads executor's bytes and messages per rank are SimGrid's, and no time."""
+    d, reg = 8000, zoo.registry()
+    pl = zoo.selections("heavy", d, P)
+    for s in ("gtopk", "oktopk", "oktopk_reuse", "topkdsa"):
+        case = zoo.Case(d, "heavy", P, s)
+        sim, vol = zoo.measure(case, reg[s], pl, PLATFORM), zoo.measure(case, reg[s], pl, None)
+        keys = ("bytes_max", "bytes_mean", "messages_max", "messages_mean", "entries_mean")
+        assert {k: vol[k] for k in keys} == {k: sim[k] for k in keys}, s
+        assert math.isnan(vol["t_max_s"]) and math.isnan(vol["t_min_s"]) and sim["t_max_s"] > 0
+
+
+@needs_simgrid
 def test_replay_runs_oktopk_as_compute_selection_and_the_collective():
     from ssgd.comm.collectives.oktopk import OkTopkAllreduce
     from ssgd.comm.executors.simgrid import run_simgrid
