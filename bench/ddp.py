@@ -382,19 +382,7 @@ def run_job(P: int, args: argparse.Namespace, tmp: Path, testbed: tuple[list[str
         + (["--replay", args.replay] if args.replay else [])
     t0 = time.perf_counter()
     procs = [subprocess.Popen(argv, env=env, cwd=ROOT) for argv in rank_commands(P, common, env, testbed)]
-    status = "ok"
-    for p in procs:
-        try:
-            p.wait(timeout=max(args.timeout - (time.perf_counter() - t0), 1.0))
-        except subprocess.TimeoutExpired:
-            status = f"timed out after {args.timeout:.0f} s"
-            break
-        if p.returncode != 0 and status == "ok":
-            status = f"a rank ended with exit status {p.returncode}"
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    status = harness.wait_ranks(procs, args.timeout, t0)
     job: dict[str, Any] = {"P": P, "status": status, "wall_s": time.perf_counter() - t0}
     if status == "ok":
         job.update(json.loads(out.read_text()))

@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import harness  # noqa: E402
+
 FIELDS = ["model", "d", "system", "fsdp_units", "density", "seed", "epochs", "steps", "val_acc", "train_loss",
           "bytes_rank0", "wall_s", "load_start", "load_end"]
 MODELS = ("fnn3", "cnn")
@@ -198,20 +201,7 @@ def launch(args: argparse.Namespace, argv: list[str]) -> str:
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     common = [sys.executable, str(Path(__file__).resolve()), *argv, "--worker", "--port", str(free_port())]
     procs = [subprocess.Popen([*common, "--rank", str(r)], env=env) for r in range(P)]
-    t0, status = time.perf_counter(), "ok"
-    for p in procs:
-        try:
-            p.wait(timeout=max(args.timeout - (time.perf_counter() - t0), 1.0))
-        except subprocess.TimeoutExpired:
-            status = f"timed out after {args.timeout:.0f} s (--timeout)"
-            break
-        if p.returncode != 0 and status == "ok":
-            status = f"a rank ended with exit status {p.returncode}"
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    return status
+    return harness.wait_ranks(procs, args.timeout, time.perf_counter(), " (--timeout)")
 
 
 def spread(values: list[float]) -> str:

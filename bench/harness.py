@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -373,6 +374,26 @@ def mpi_meter(comm: Any, tree_root: int | None, root: int = 0) -> NoiseMeter | N
     if comm.Get_rank() != root:
         return NullMeter()
     return NoiseMeter(tree_root if tree_root is not None else os.getppid())
+
+
+def wait_ranks(procs: Sequence[Any], timeout: float, t0: float, hint: str = "") -> str:
+    """Wait for every rank process (`subprocess.Popen`) until `timeout` seconds after `t0` (perf_counter);
+    "ok", or one line: the time-out (`hint` appended) or the first non-zero exit status. Ranks still running
+    at the end are killed and reaped."""
+    status = "ok"
+    for p in procs:
+        try:
+            p.wait(timeout=max(timeout - (time.perf_counter() - t0), 1.0))
+        except subprocess.TimeoutExpired:
+            status = f"timed out after {timeout:.0f} s{hint}"
+            break
+        if p.returncode != 0 and status == "ok":
+            status = f"a rank ended with exit status {p.returncode}"
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return status
 
 
 def timed(fn: Callable[[], Any]) -> Callable[[], float]:

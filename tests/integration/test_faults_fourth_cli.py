@@ -158,10 +158,10 @@ def test_sigint_in_a_sweep_says_the_points_after_it_were_not_run(tmp_path):
 def test_make_faults_replays_rows_and_prints_the_table(tmp_path):
     """`make faults` (scripts/faults.py): two quick rows replayed ok; an unknown row is one line, exit 2."""
     script = [TRAIN[0], str(Path(TRAIN[1]).parents[1] / "scripts" / "faults.py")]
-    proc = subprocess.run([*script, "--rows", "m1-option,10"], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([*script, "--rows", "m1-1,10"], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env=env())
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     rows = [line.split()[:2] for line in proc.stdout.splitlines()[1:-1]]
-    assert rows == [["m1-option", "ok"], ["10", "ok"]] and "faults: 2 ok, 0 short, 0 skipped in" in proc.stdout
+    assert rows == [["m1-1", "ok"], ["10", "ok"]] and "faults: 2 ok, 0 short, 0 skipped" in proc.stdout
     bad = subprocess.run([*script, "--rows", "nope"], capture_output=True, text=True, timeout=60, env=env())
-    assert bad.returncode == 2 and one_line(bad.stderr).startswith("error: --rows=nope: no such row; allowed: ")
+    assert bad.returncode == 2 and one_line(bad.stderr).startswith("error: --rows=nope: no such row of faults.md; allowed: m1-1, ")

@@ -20,8 +20,13 @@ RUN = ["trainer.max_steps=3", "wandb.mode=disabled", "trainer.progress=false"]
 
 
 def timeless(summary: dict) -> dict:
-    """A summary without its wall-clock keys: what a resumed run must share with an uninterrupted one."""
-    return {k: v for k, v in summary.items() if k != "wall_s" and not k.startswith(("time/", "throughput_"))}
+    """A summary without the keys measured on this host's clock (docs/metrics.md: clock `here`): what a resumed
+    run must share with an uninterrupted one."""
+    from ssgd.utils.metric_names import METRICS
+
+    here = {k for k, m in METRICS.items() if m.clock == "here"}
+    assert {"wall_s", "throughput/here", "time/step_s"} <= here
+    return {k: v for k, v in summary.items() if k not in here}
 
 
 def check_run(run_dir: Path, compressor: str, world_size: int) -> None:

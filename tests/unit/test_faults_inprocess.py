@@ -325,7 +325,9 @@ def test_a_peers_errors_are_fatal_notice_is_left_out_when_the_launcher_names_the
     dashes = "-" * 74 + "\n"
     notice = ("[tb4:00000] *** An error occurred in Socket closed\n[tb4:00000] *** reported by process [25,3]\n"
               "[tb4:00000] ***    and MPI will try to terminate your MPI job as well)\n")
-    warning = "[vm:15407] plm:ssh: Warning: setpgid(15419,15419) failed in parent with errno=Permission denied(13)\n"
+    warning = ("[vm:15407] plm:ssh: Warning: setpgid(15419,15419) failed in parent with errno=Permission denied(13)\n"
+               "[warn] Epoll MOD(1) on fd 21 failed. Old events were 6; read change was 0 (none); write change was 2 "
+               "(del); close change was 0 (none): Bad file descriptor\n")                    # libevent in prterun
     killed = (dashes + "prterun noticed that process rank 2 with PID 7 on node tb3 exited on\nsignal 9 (Killed).\n"
               + dashes)
     out = io.StringIO()

@@ -297,7 +297,9 @@ class OpenMPIFilter:
                    "exited on signal")
     KILLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
     PEER_ABORT = re.compile(r"^\s*\[[^\]]+\] (\*\*\* |Delaying for \d+ seconds before aborting)")   # a peer's
-    NOISE = ("PMIX ERROR", "plm:ssh: Warning: setpgid(")      # MPI_ERRORS_ARE_FATAL notice; PRRTE warnings
+    # MPI_ERRORS_ARE_FATAL notice; PRRTE warnings; libevent's, from prterun tearing down a job it stopped
+    # ("[warn] Epoll MOD(1) on fd 21 failed. ...: Bad file descriptor")
+    NOISE = ("PMIX ERROR", "plm:ssh: Warning: setpgid(", "[warn] Epoll ")
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
