@@ -20,16 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTBED = ROOT / "outputs" / "testbed"
+sys.path.insert(0, str(ROOT / "bench"))
+import ddp as ddp_bench  # noqa: E402  (the testbed's hosts, read as the DDP benchmark reads them)
+import harness  # noqa: E402
 MODES = {"none": ("none", None), "dense16": ("dense16", None), "topk 0.01": ("topk", 0.01),
          "topk 0.001": ("topk", 0.001), "oktopk 0.01": ("oktopk", 0.01)}
 WIDTH, BATCH, PORT = 2048, 32, 29571
@@ -80,35 +82,26 @@ def rank_main(mode: str, steps: int, warmup: int) -> None:
     dist.destroy_process_group()
 
 
-def job(mode: str, P: int, steps: int, warmup: int, timeout: float) -> dict[str, Any]:
-    """One job on testbed hosts 1..P through the testbed's agent; rank 0's record, or {'error': ...}."""
-    agent = TESTBED / "agent"
-    procs = []
+def job(mode: str, P: int, steps: int, warmup: int, timeout: float, testbed: tuple[list[str], str, str],
+        tmp: Path) -> dict[str, Any]:
+    """One job on the testbed's first P hosts, each rank entered through its agent (`remote_command`, the lab's
+    own multi-host launch); rank 0's record, or {'error': ...}."""
+    from ssgd.run.launch_torch import remote_command
+
+    hosts, agent, _ = testbed
+    argv = [sys.executable, str(Path(__file__).resolve()), "--rank", mode, "--steps", str(steps), "--warmup", str(warmup)]
+    procs, logs = [], [tmp / f"rank{r}.txt" for r in range(P)]
     for r in range(P):
-        env = f"RANK={r} WORLD_SIZE={P} MASTER_ADDR=10.98.0.1 MASTER_PORT={PORT} PYTHONPATH={shlex.quote(str(ROOT / 'src'))}"
-        cmd = (f"cd {shlex.quote(str(ROOT))} && env {env} {shlex.quote(sys.executable)} bench/fsdp_testbed.py "
-               f"--rank {shlex.quote(mode)} --steps {steps} --warmup {warmup}")
-        procs.append(subprocess.Popen([str(agent), f"10.98.0.{r + 1}", cmd], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outs = []
-    try:
-        outs = [p.communicate(timeout=timeout) for p in procs]
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        return {"error": f"timed out after {timeout:.0f} s"}
-    bad = [(r, p.returncode, e) for r, (p, (_, e)) in enumerate(zip(procs, outs)) if p.returncode]
-    if bad:
-        return {"error": f"rank {bad[0][0]} exited {bad[0][1]}: {bad[0][2].strip()[-300:]}"}
-    return json.loads(outs[0][0].strip().splitlines()[-1])
-
-
-def testbed_env() -> dict[str, str]:
-    """outputs/testbed/env as a dict; SystemExit (one line, status 2) when the testbed is down."""
-    env = TESTBED / "env"
-    if not env.is_file():
-        raise SystemExit("error: the testbed is down: make testbed-up P=4 (docs/testbed.md)")
-    return dict(line.split("=", 1) for line in env.read_text().split() if "=" in line)
+        env = {"RANK": str(r), "WORLD_SIZE": str(P), "MASTER_ADDR": hosts[0], "MASTER_PORT": str(PORT),
+               "PYTHONPATH": str(ROOT / "src")}
+        with logs[r].open("w") as log:
+            procs.append(subprocess.Popen(remote_command(agent, hosts[r], env, argv), cwd=ROOT, stdout=log,
+                                          stderr=subprocess.STDOUT, text=True))
+    status = harness.wait_ranks(procs, timeout, time.perf_counter())
+    if status != "ok":
+        bad = next((r for r, p in enumerate(procs) if p.returncode), 0)
+        return {"error": f"{status} (rank {bad}: {logs[bad].read_text().strip()[-300:]})"}
+    return json.loads(logs[0].read_text().strip().splitlines()[-1])
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -144,30 +137,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.rank:
         rank_main(args.rank, args.steps, args.warmup)
         return 0
-    env = testbed_env()
-    hosts = int(env["SSGD_TESTBED_P"])
-    Ps = args.P or sorted({2, hosts})
-    if max(Ps) > hosts or min(Ps) < 2:
-        print(f"error: --P {max(Ps) if max(Ps) > hosts else min(Ps)}: the testbed has {hosts} hosts (2..{hosts})",
-              file=sys.stderr)
+    testbed = ddp_bench.testbed_hosts()
+    Ps = args.P or sorted({2, 2 if isinstance(testbed, str) else len(testbed[0])})
+    problem = "--P: at least 2 hosts per job" if min(Ps) < 2 else ddp_bench.testbed_problem(Ps, testbed)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
+    bw = testbed[2]
     rows, load0 = [], os.getloadavg()[0]
     for P in Ps:
         for rnd in range(args.rounds):
             for mode in args.modes:
-                rec = job(mode, P, args.steps, args.warmup, args.timeout)
+                with tempfile.TemporaryDirectory(prefix="fsdp-testbed-") as tmp:
+                    rec = job(mode, P, args.steps, args.warmup, args.timeout, testbed, Path(tmp))
                 if "error" in rec:
                     print(f"error: P={P} {mode}: {rec['error']}", file=sys.stderr)
                     return 1
                 rows.append({**rec, "round": rnd})
                 print(f"[fsdp-testbed] P={P} round {rnd + 1}/{args.rounds} {mode}: {1e3 * rec['step_s']:.1f} ms "
                       f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-    lines = table(rows) + [f"\n{env['SSGD_TESTBED_BW']} links, load average {load0:.1f} at the start, "
+    lines = table(rows) + [f"\n{bw} links, load average {load0:.1f} at the start, "
                            f"{os.getloadavg()[0]:.1f} at the end (MEASURED)"]
     print("\n".join(lines))
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    out = args.out_dir / f"fsdp_testbed_{env['SSGD_TESTBED_BW']}.json"
-    out.write_text(json.dumps({"bw": env["SSGD_TESTBED_BW"], "rows": rows}, indent=1) + "\n")
+    out = args.out_dir / f"fsdp_testbed_{bw}.json"
+    out.write_text(json.dumps({"bw": bw, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
