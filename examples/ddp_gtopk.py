@@ -82,6 +82,7 @@ def main() -> int:
         print(f"{args.compressor} density {args.density} on {P} ranks ({dist.get_backend()}): validation accuracy "
               f"{acc:.4f}; achieved density {s.entries / max(s.elements, 1):.5f}; {s.bytes_sent:,} bytes and "
               f"{s.messages} messages sent by rank 0 in {s.calls} bucket calls", flush=True)
+    dist.barrier()                                                   # every rank done before any tears down
     dist.destroy_process_group()
     return 0
 

@@ -77,6 +77,7 @@ def main() -> int:
     if rank == 0:
         print(f"{args.compressor} density {args.density} on {P} ranks (fsdp, {dist.get_backend()}): validation "
               f"accuracy {acc:.4f}; {sent:,} bytes sent by rank 0 in its reduce-scatters", flush=True)
+    dist.barrier()                                                   # every rank done before any tears down
     dist.destroy_process_group()
     return 0
 

@@ -97,7 +97,7 @@ print("ok")
     shutil.copy(ROOT / "examples" / "ddp_gtopk.py", example)       # copied out: no checkout to fall back on
     proc = run([str(env_dir / "bin" / "python"), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                 str(example), "--steps", "10"], installed, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-1000:] + proc.stderr[-3000:]
 
 
 def test_the_fsdp_example_from_the_wheel(installed):
@@ -108,7 +108,7 @@ def test_the_fsdp_example_from_the_wheel(installed):
     assert not (work.parent / "src").exists()                       # the example's checkout path leads nowhere
     proc = run([str(py), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                 str(example), "--compressor", "topk", "--density", "0.01", "--steps", "10"], installed, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-1000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("topk density 0.01 on 2 ranks (fsdp, gloo): validation accuracy "), proc.stdout
     sent = int(last.split("; ")[1].split(" bytes")[0].replace(",", ""))
