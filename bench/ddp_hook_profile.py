@@ -8,7 +8,8 @@ the embedded MNIST digits (`mnist_embedded`, normalised), batch 32, SGD with mom
 then forward, backward and `opt.step()` timed; a round takes --steps steps of each model in turn (interleaved), the
 step time is the median of steps 5 to the end. Models: `allreduce` (DDP without a hook), `noop` (a hook that returns
 the bucket as it is: the compute alone), `gtopk` / `topk` (`ssgd.ddp.register`, asynchronous, DDP's default buckets)
-and `gtopk_blocking`.
+and `gtopk_blocking`; `fsdp` (FSDP2, every Linear and the whole model `fully_shard`-ed) and `fsdp_topk` (the same
+with `ssgd.fsdp`'s Top-k reduce-scatter at --density), each fsdp* step beside plain `fsdp`'s.
 
 For the hook, rank 0 prints per round the milliseconds per step spent in each part, summed over buckets, measured
 by wrapping the hook's own functions (the same code runs; the wrappers add two clock reads each):
@@ -41,7 +42,7 @@ import ssgd.ddp as hook_module  # noqa: E402
 from ssgd.loop.sync import RankCompression  # noqa: E402
 from ssgd.payload import Sparse  # noqa: E402
 
-HOOKS = ("allreduce", "noop", "gtopk", "topk", "gtopk_blocking")
+HOOKS = ("allreduce", "noop", "gtopk", "topk", "gtopk_blocking", "fsdp", "fsdp_topk")
 SPENT: dict[str, list[float]] = collections.defaultdict(list)   # part -> seconds, one entry per call
 HANDED: collections.deque = collections.deque()                  # hook-call times of buckets not yet started
 
@@ -92,10 +93,26 @@ def mlp() -> nn.Module:
                          nn.Linear(512, 10))
 
 
+def build_fsdp(name: str, net: nn.Module, density: float) -> dict[str, Any]:
+    """`net` with every Linear and the whole model `fully_shard`-ed; `fsdp_topk`: each with `ssgd.fsdp`'s Top-k
+    reduce-scatter at `density` (examples/fsdp_topk.py's two lines)."""
+    from torch.distributed.fsdp import fully_shard
+
+    import ssgd.fsdp
+
+    for module in [m for m in net if isinstance(m, nn.Linear)] + [net]:
+        fully_shard(module)
+        if name == "fsdp_topk":
+            ssgd.fsdp.compress_reduce_scatter(module, "topk", density)
+    return {"model": net, "opt": torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9), "state": None}
+
+
 def build(name: str, init: dict, density: float) -> dict[str, Any]:
-    """The DDP model of `name` from the weights `init`, with its optimizer and hook state."""
+    """The DDP (or FSDP2, names fsdp*) model of `name` from the weights `init`, with its optimizer and hook state."""
     net = mlp()
     net.load_state_dict(init)
+    if name.startswith("fsdp"):
+        return build_fsdp(name, net, density)
     model, state = nn.parallel.DistributedDataParallel(net), None
     if name == "noop":
         model.register_comm_hook(None, noop)
@@ -124,9 +141,10 @@ def one_round(m: dict[str, Any], x: torch.Tensor, y: torch.Tensor, gen: torch.Ge
 
 
 def report(name: str, r: int, rows: list[tuple], steps: int, base: float | None) -> float:
-    """Print rank 0's line for one model and round; returns its median step."""
+    """Print rank 0's line for one model and round (beside `base`: plain DDP's step, or plain FSDP's for fsdp_*);
+    returns its median step."""
     total, fwd, bwd, opt = (statistics.median(c) for c in zip(*rows))
-    ratio = f", {total / base:.2f}x allreduce" if base else ""
+    ratio = f", {total / base:.2f}x {'fsdp' if name.startswith('fsdp') else 'allreduce'}" if base else ""
     parts = ", ".join(f"{k} {1e3 * sum(v) / steps:.2f}" for k, v in sorted(SPENT.items()) if k != "collective")
     print(f"round {r} {name}: step {1e3 * total:.2f} ms{ratio} (fwd {1e3 * fwd:.2f} / bwd {1e3 * bwd:.2f} / "
           f"opt {1e3 * opt:.2f})" + (f"; hook ms per step: {parts}" if SPENT else ""), flush=True)
@@ -154,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     models = {name: build(name, init, args.density) for name in args.hooks}
     gen = torch.Generator().manual_seed(dist.get_rank())
     for r in range(args.rounds):
-        base = None
+        base: dict[str, float] = {}
         for name, m in models.items():
             SPENT.clear()
             rows = one_round(m, data.x_train, data.y_train, gen, args.steps)
+            family = "fsdp" if name.startswith("fsdp") else "allreduce"
             if dist.get_rank() == 0:
-                t = report(name, r, rows, args.steps, base)
-                base = t if name == "allreduce" else base
+                t = report(name, r, rows, args.steps, base.get(family))
+                base[family] = t if name == family else base.get(family)
     if dist.get_rank() == 0:
         print("load average (1, 5, 15 min):", " ".join(Path("/proc/loadavg").read_text().split()[:3]), flush=True)
     for m in models.values():

@@ -140,12 +140,13 @@ class Sparse:
         val = self.val.float()                       # float32: the tensor itself, no copy
         return out.scatter_(0, self.idx, val if scale == 1.0 else val / scale)
 
-    def restrict(self, support: Tensor | None) -> Payload:
-        """self, or the entries whose index is in `support` (in this payload's order)."""
+    def restrict(self, support: Tensor | None, marks: Tensor | None = None) -> Payload:
+        """self, or the entries whose index is in `support` (in this payload's order). `marks`: see
+        `member_of` (the same result, found by marking instead of searching)."""
         if support is None:
             return self
-        keep = member_of(self.idx, support)
-        return Sparse(self.idx[keep], self.val[keep], self.numel)
+        keep = member_of(self.idx, support, marks).nonzero().view(-1)    # one nonzero for both selections
+        return Sparse(self.idx.index_select(0, keep), self.val.index_select(0, keep), self.numel)
 
     def subtract_from(self, e: Tensor) -> None:
         """float32 values: e[idx] = 0, since they are copies of e's (the contract), so e - val is zero
@@ -161,15 +162,24 @@ class Sparse:
         return self.idx
 
 
-def member_of(x: Tensor, support: Tensor) -> Tensor:
+def member_of(x: Tensor, support: Tensor, marks: Tensor | None = None) -> Tensor:
     """bool [len(x)]: which entries of x occur in `support` (int64, distinct), as `torch.isin`.
 
-    A support in increasing order (gTop-k's global set and strict supports are) is searched by
-    bisection, O(n log m) without the sort that `torch.isin` does; any other order goes to isin.
+    `marks`: a bool tensor, all False, longer than every entry of x and support (a rank's scratch of d
+    flags): support's positions are marked, read at x and cleared again, O(n + m) with no search (in
+    the DDP hook's settle, 37 us against 320 us at n = m = 4,019, d = 401,920); `marks` is all False
+    again on return. Without it, a support in increasing order (gTop-k's global set and strict
+    supports are) is searched by bisection, O(n log m) without the sort that `torch.isin` does; any
+    other order goes to isin.
     """
     m = support.numel()
     if m == 0 or x.numel() == 0:
         return torch.zeros(x.numel(), dtype=torch.bool, device=x.device)
+    if marks is not None:
+        marks.index_fill_(0, support, True)
+        keep = marks.index_select(0, x)
+        marks.index_fill_(0, support, False)
+        return keep
     if m > 1 and not bool((support[1:] > support[:-1]).all()):
         return torch.isin(x, support)
     return support.index_select(0, torch.searchsorted(support, x).clamp_(max=m - 1)) == x

@@ -23,7 +23,7 @@ from ssgd.comm.wire import MAX_NUMEL
 from ssgd.compress.base import Compressor
 from ssgd.compress.memory import ResidualMemory
 from ssgd.compress.sparse import k_of, select_topk
-from ssgd.payload import Dense, Sparse, sum_sparse
+from ssgd.payload import Dense, Sparse, member_of, sum_sparse
 from ssgd.perf import cost
 from ssgd.loop.sync import DensitySchedule, RankCompression, Scheme, counts_of
 from ssgd.worlds.base import ThreadWorld
@@ -62,6 +62,25 @@ def test_sparse_by_hand():
     e = torch.tensor([1.0, -1.0, 1.0, 1.0, float("inf"), 1.0])   # values were copied from e: zeroed, even inf
     p.subtract_from(e)
     assert e.tolist() == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_member_of_by_marks_and_by_search_agree_with_isin(seed):
+    """Membership three ways (marking a rank's flags, bisection of a sorted support, isin for an unsorted one)
+    against torch.isin; the flags are all False again afterwards, and restrict keeps the payload's order."""
+    g = torch.Generator().manual_seed(seed)
+    d = int(torch.randint(1, 3000, (1,), generator=g))
+    x = torch.randperm(d, generator=g)[:int(torch.randint(0, d + 1, (1,), generator=g))]
+    support = torch.randperm(d, generator=g)[:int(torch.randint(0, d + 1, (1,), generator=g))]
+    marks = torch.zeros(d, dtype=torch.bool)
+    for s in (support, support.sort().values):
+        want = torch.isin(x, s)
+        assert torch.equal(member_of(x, s), want)
+        assert torch.equal(member_of(x, s, marks), want) and not marks.any()
+        p = Sparse(x, torch.randn(x.numel(), generator=g), d)
+        by_marks, by_search = p.restrict(s, marks), p.restrict(s)
+        assert torch.equal(by_marks.idx, x[want]) and torch.equal(by_marks.idx, by_search.idx)
+        assert torch.equal(by_marks.val, by_search.val) and not marks.any()
 
 
 @pytest.mark.parametrize("p", [Dense(torch.ones(4)), sparse([1], [1.0], d=4)])

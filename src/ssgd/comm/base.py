@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ssgd.comm.ops import Op
 from ssgd.comm.wire import FP32, WireFormat
-from ssgd.payload import Payload
+from ssgd.payload import Payload, Sparse
 from ssgd.perf.alphabeta import AlphaBeta
 
 
@@ -38,8 +38,11 @@ class Reduced:
         """float32 [d]: the aggregated gradient, total / P (written into `out` when given)."""
         return self.total.to_dense(scale=self.P, out=out)
 
-    def sent(self, payload: Payload) -> Payload:
-        """The part of this rank's `payload` that counts as sent: its entries at `support`."""
+    def sent(self, payload: Payload, marks: Tensor | None = None) -> Payload:
+        """The part of this rank's `payload` that counts as sent: its entries at `support`. `marks`: a
+        rank's scratch flags for a `Sparse` payload (`ssgd.payload.member_of`); other kinds ignore it."""
+        if marks is not None and isinstance(payload, Sparse):
+            return payload.restrict(self.support, marks)
         return payload.restrict(self.support)
 
 

@@ -126,6 +126,7 @@ class RankCompression:
         self.memory = scheme.make_memory(d, device)
         self.u: Tensor | None = None
         self.views: list[Tensor] = []
+        self._marks: Tensor | None = None       # settle's scratch flags, all False between calls
         if parts:
             self.u = self.memory.buffer(d, device)
             sizes = [s.numel() for s in parts]
@@ -156,8 +157,15 @@ class RankCompression:
         return u, collective.encode(self.compressor.compress(u, density))
 
     def settle(self, payload: Payload, reduced: Reduced) -> None:
-        """After the collective: e = u - (part of payload that counted as sent)."""
-        self.memory.update(reduced.sent(payload))
+        """After the collective: e = u - (part of payload that counted as sent). A result with a support
+        (gTop-k's global set) is intersected with the payload by marking (`ssgd.payload.member_of`) in
+        this rank's d flags, made at the first such call."""
+        if reduced.support is None:
+            self.memory.update(reduced.sent(payload))
+            return
+        if self._marks is None:
+            self._marks = torch.zeros(self.d, dtype=torch.bool, device=reduced.support.device)
+        self.memory.update(reduced.sent(payload, self._marks))
 
     def state_dict(self) -> dict:
         """The residual's and the compressor's state (its random stream), and this rank's state in the scheme's
