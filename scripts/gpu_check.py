@@ -9,13 +9,16 @@ target is safe in any CI). On a GPU machine it runs, each under a timeout:
      under torch.distributed and MPI, training on cuda with every backend, the DDP hook == the trainer on NCCL,
      the asynchronous hook's CUDA stream path with several buckets);
   2. a short NCCL `backend=torch` run of `src/train.py` (gTop-k, one GPU per rank, 2 ranks when there are 2 GPUs);
-  3. the selection benchmark on the GPU (`bench/selection.py --devices cuda --quick`: Top-k vs Gaussian-k,
-     Random-k, DGC sampling);
+  3. the selection benchmark on the GPU at the papers' sizes (`bench/selection.py --devices cuda --quick --sizes
+     2.5e7 1e8`: Top-k vs Gaussian-k, Random-k, DGC sampling, d = 25M and 100M, 3 rounds);
   4. the DDP-hook example on NCCL (`torchrun examples/ddp_gtopk.py --device cuda`);
+  5. the FSDP example on NCCL (`torchrun examples/fsdp_topk.py --device cuda`: `ssgd.fsdp`'s Top-k reduce-scatter);
 
-(timeouts 240 + 60 + 60 + 60 s, 110 s per test: at most 7 min even when something hangs; 3 min when all pass),
-then prints one table (check, result, seconds, detail), writes it to <--out>/gpu_check.md with the JSON beside,
-writes every check's whole output to <--out>/gpu_check.log, and exits 1 if any check failed.
+with P = 2 ranks where there are 2 GPUs, else P = 1 and a row saying that NCCL at P >= 2 was not run (one GPU
+per rank: NCCL refuses two ranks on one device). Timeouts 240 + 60 + 150 + 60 + 60 s, 110 s per test: at most
+10 min even when something hangs; ~4 min when all pass. Then it prints one table (check, result, seconds,
+detail), writes it to <--out>/gpu_check.md with the JSON beside and every check's whole output to
+<--out>/gpu_check.log (each file replaced whole, never half-written), and exits 1 if any check failed.
 """
 from __future__ import annotations
 
@@ -93,14 +96,14 @@ def nccl_run(tmp: Path, P: int) -> dict:
 
 
 def selection(tmp: Path) -> dict:
-    status, out, seconds = run([PY, "bench/selection.py", "--devices", "cuda", "--quick", "--results-dir", str(tmp)],
-                               timeout=60)
+    status, out, seconds = run([PY, "bench/selection.py", "--devices", "cuda", "--quick", "--sizes", "2.5e7", "1e8",
+                                "--results-dir", str(tmp)], timeout=150)
     detail = " ".join(out.split()[-12:])
     path = tmp / "selection.json"
     if status == 0 and path.exists():
         detail = f"tables in {path.name}; ratios Top-k time / method time per (u, d) in the printed output"
-    return {"check": "bench/selection.py --devices cuda --quick", "result": verdict(status), "seconds": seconds,
-            "detail": detail}
+    return {"check": "bench/selection.py --devices cuda --quick --sizes 2.5e7 1e8", "result": verdict(status),
+            "seconds": seconds, "detail": detail}
 
 
 def ddp_example(P: int) -> dict:
@@ -109,6 +112,22 @@ def ddp_example(P: int) -> dict:
     lines = [line for line in out.splitlines() if "validation accuracy" in line]
     return {"check": f"torchrun examples/ddp_gtopk.py --device cuda (NCCL, P={P})", "result": verdict(status),
             "seconds": seconds, "detail": lines[-1] if lines else " ".join(out.split()[-12:])}
+
+
+def fsdp_example(P: int) -> dict:
+    status, out, seconds = run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(P),
+                                "examples/fsdp_topk.py", "--device", "cuda", "--steps", "100"], timeout=60)
+    lines = [line for line in out.splitlines() if "validation accuracy" in line]
+    return {"check": f"torchrun examples/fsdp_topk.py --device cuda (FSDP2, NCCL, P={P})", "result": verdict(status),
+            "seconds": seconds, "detail": lines[-1] if lines else " ".join(out.split()[-12:])}
+
+
+def one_gpu_row(gpus: int) -> list[dict]:
+    """A row saying NCCL at P >= 2 was not run, when there are fewer than 2 GPUs (none otherwise)."""
+    if gpus >= 2:
+        return []
+    return [{"check": "NCCL with P >= 2 ranks", "result": "skipped: one GPU here", "seconds": 0.0,
+             "detail": "one GPU per rank: NCCL refuses two ranks on one device; every NCCL check above ran at P = 1"}]
 
 
 def table(rows: list[dict], header: str) -> str:
@@ -133,18 +152,22 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ssgd-gpu-check-") as tmp:
         rows = pytest_rows(Path(tmp))
-        rows += [nccl_run(Path(tmp), P), selection(Path(tmp)), ddp_example(P)]
+        rows += [nccl_run(Path(tmp), P), selection(Path(tmp)), ddp_example(P), fsdp_example(P), *one_gpu_row(gpus)]
         selection_json = Path(tmp) / "selection.json"
         selection_data = json.loads(selection_json.read_text()) if selection_json.exists() else None
     header = (f"gpu-check on {gpus} x {names} (torch {torch.__version__}, CUDA {torch.version.cuda}), "
               f"{time.perf_counter() - start:.0f} s")
     text = table(rows, header)
     print(text)
+    sys.path.insert(0, str(ROOT / "src"))
+    from ssgd.utils.atomic import write_text_atomic
+
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_check.md").write_text(text)
-    (args.out / "gpu_check.log").write_text("\n".join(LOG))
-    (args.out / "gpu_check.json").write_text(json.dumps({"header": header, "rows": rows,
-                                                        "selection": selection_data}, indent=1) + "\n")
+    write_text_atomic(args.out / "gpu_check.md", text, "the gpu-check table")
+    write_text_atomic(args.out / "gpu_check.log", "\n".join(LOG), "the gpu-check log")
+    write_text_atomic(args.out / "gpu_check.json", json.dumps({"header": header, "rows": rows,
+                                                               "selection": selection_data}, indent=1) + "\n",
+                      "the gpu-check results")
     failed = [r for r in rows if r["result"] != "pass" and not r["result"].startswith("skipped")]
     return 1 if failed else 0
 

@@ -1,7 +1,7 @@
 """Every CUDA path, on a real GPU: skipped, with the reason, where torch.cuda.is_available() is False.
 
 `make gpu-check` runs these (marker `gpu`) plus a short NCCL training run, the selection benchmark on the GPU
-and the DDP-hook example on NCCL (scripts/gpu_check.py). Tests that need two GPUs say so when the host has one.
+at d = 25M and 100M, and the DDP-hook and FSDP examples on NCCL (scripts/gpu_check.py). Tests that need two GPUs say so when the host has one.
 Ranks are spawned (CUDA does not survive a fork), each under a timeout.
 
 Written and checked on CPU-only machines: until `make gpu-check` has run on a GPU machine, these paths are
