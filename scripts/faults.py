@@ -482,6 +482,27 @@ def m3_wandb_mode_bogus(tmp: Path) -> str:
     return line
 
 
+# -- more rows of the first matrix (m1-*) ---------------------------------------------------------------------------
+
+
+M1_MORE: dict[str, Callable[[Path], str]] = {}
+"""First-matrix rows replayed by the functions above this line."""
+
+
+# -- more rows of the third matrix (m3-2 ... m3-13) ------------------------------------------------------------------
+
+
+M3_MORE: dict[str, Callable[[Path], str]] = {}
+"""Third-matrix rows m3-2 ... m3-13 replayed by the functions above this line."""
+
+
+# -- more rows of the third matrix (m3-15 ... m3-25) and of this page's fourth (15, 16, 18) ---------------------------
+
+
+M4_MORE: dict[str, Callable[[Path], str]] = {}
+"""Rows m3-15 ... m3-25, 15, 16 and 18 replayed by the functions above this line."""
+
+
 ROWS: dict[str, Callable[[Path], str]] = {
     **{key: refused(key) for key in REFUSED},
     "m1-11": m1_wandb_without_key, "m1-14": m1_holds_another_run, "m1-15": m1_resume_another_seed,
@@ -490,6 +511,7 @@ ROWS: dict[str, Callable[[Path], str]] = {
     "m3-1": m3_pickle_with_code, "m3-5": m3_resume_other_lr, "m3-14": m3_port_in_use, "m3-18": m3_wandb_mode_bogus,
     "1": row1, "2": row2, "3": row3, "4": row4, "5": row5, "6": row6, "7": row7, "8": row8, "9": row9,
     "9b": row9b, "10": row10, "11": row11, "12": row12, "13": row13, "14": row14, "17": sweep_sigint,
+    **M1_MORE, **M3_MORE, **M4_MORE,
 }
 """The rows replayed, by their `#` in docs/faults.md; every other row is pinned by the tests its row names."""
 
