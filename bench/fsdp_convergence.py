@@ -10,7 +10,9 @@ the same two ranks, with the same initial weights, the same batches and the same
     of the shards (layer-wise Top-k);
   * ddp: `DistributedDataParallel` (its default buckets: one for FNN-3; two for SmallCNN, its convolutions and its
     classifier) with `ssgd.ddp.register(model, "topk", density)`: k = density x the bucket's size, AllGather.
-`--fsdp-units model` shards the model as one unit instead (one reduce-scatter, one selection over all of d).
+`--fsdp-units model` shards the model as one unit instead (one reduce-scatter, one selection over all of d);
+`--fsdp-units layers-global` keeps the units per layer and gives their Top-k one shared budget
+(`ssgd.compress.budget.GlobalBudget`: each layer's k is its share of the previous step's global top-k).
 Both keep a residual per rank (error feedback) and average over the P ranks.
 
 Data: the 5,000 embedded MNIST digits (`ssgd.data.embedded.mnist_embedded`, 4,000 train / 1,000 validation,
@@ -66,22 +68,25 @@ def build(model: str, spec: Any, seed: int) -> Any:
 
 def wrap(net: Any, system: str, density: float, seed: int, units: str = "layers") -> tuple[Any, list[Any]]:
     """(the model to train, the objects whose counters give the bytes sent) for `system`; fsdp's `units`: every
-    Linear / Conv2d and the model ("layers"), or the model alone ("model": one reduce-scatter, one selection)."""
+    Linear / Conv2d and the model ("layers"; "layers-global": their k from one shared budget), or the model alone
+    ("model": one reduce-scatter, one selection)."""
     import torch
     from torch import nn
     from torch.distributed.fsdp import fully_shard
 
     import ssgd.ddp
     import ssgd.fsdp
+    from ssgd.compress.budget import GlobalBudget
 
     if system == "ddp":
         model = nn.parallel.DistributedDataParallel(net)
         return model, [ssgd.ddp.register(model, "topk", density, seed=seed)]
     comms = []
-    leaves = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))] if units == "layers" else []
+    leaves = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))] if units != "model" else []
+    budget = GlobalBudget(density) if units == "layers-global" else None
     for module in leaves + [net]:
         fully_shard(module)
-        comms.append(ssgd.fsdp.compress_reduce_scatter(module, "topk", density))
+        comms.append(ssgd.fsdp.compress_reduce_scatter(module, "topk", density, budget=budget))
     torch.distributed.barrier()
     return net, comms
 
@@ -216,7 +221,7 @@ def summary(rows: list[dict[str, str]]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple[str, str, str], list[dict[str, str]]] = {}
     for r in rows:
-        system = r["system"] + (", one unit" if r.get("fsdp_units") == "model" else "")
+        system = r["system"] + {"model": ", one unit", "layers-global": ", global k"}.get(r.get("fsdp_units") or "", "")
         groups.setdefault((r["model"], r["density"], system), []).append(r)
     lines = []
     for (model, rho, system), rs in groups.items():
@@ -259,8 +264,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--fnn3-epochs", type=int, default=12, help="epochs of 62 steps per FNN-3 run (default 12)")
     ap.add_argument("--cnn-epochs", type=int, default=10, help="epochs of 62 steps per SmallCNN run (default 10)")
-    ap.add_argument("--fsdp-units", default="layers", choices=["layers", "model"],
-                    help="fsdp: fully_shard every Linear / Conv2d and the model (default), or the model alone")
+    ap.add_argument("--fsdp-units", default="layers", choices=["layers", "layers-global", "model"],
+                    help="fsdp: fully_shard every Linear / Conv2d and the model (default; layers-global: their k "
+                         "from one shared budget), or the model alone")
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
     ap.add_argument("--lr", type=float, default=0.05, help="learning rate after the warm-up (default 0.05)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fsdp_convergence.csv")

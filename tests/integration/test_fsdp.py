@@ -3,7 +3,7 @@ at density 0.05 it sends less and keeps the rest in a residual; a checkpoint of 
 import numpy as np
 import pytest
 
-from fsdp_steps import own_vs_compressed, resume_is_bitwise
+from fsdp_steps import budget_own_vs_compressed, budget_resume_is_bitwise, own_vs_compressed, resume_is_bitwise
 from torch_ranks import run_ranks
 
 pytestmark = pytest.mark.slow
@@ -50,4 +50,30 @@ def test_dense16_rounds_the_wire_only():
 def test_a_checkpointed_residual_resumes_bitwise(tmp_path):
     out = run_ranks(2, resume_is_bitwise, (str(tmp_path / "ckpt"),), timeout=180)
     for r in out:
+        assert all(np.array_equal(a, b) for a, b in zip(r["want"], r["got"], strict=True))
+
+
+def test_with_a_shared_budget_at_density_1_every_module_sends_all_and_matches_fsdp():
+    """Per-module units sharing one GlobalBudget: at density 1 every share is the whole module, so the gradients
+    are FSDP's own to the bit (P = 2)."""
+    out = run_ranks(2, budget_own_vs_compressed, (1.0, 3), timeout=120)
+    for r in out:
+        assert r["calls"] == [3, 3, 0]                  # the root holds no parameters of its own: never called
+        assert all(np.array_equal(a, b) for a, b in zip(r["own"], r["ours"], strict=True))
+        assert r["shares"] == r["sizes"]
+
+
+def test_with_a_shared_budget_the_shares_move_and_sum_to_about_k():
+    out = run_ranks(2, budget_own_vs_compressed, (0.05, 4), timeout=120)
+    for r in out:
+        K = int(0.05 * sum(r["sizes"]))
+        assert K <= sum(r["shares"]) <= K + 2                          # ties at the threshold only add a few
+        per_module = [max(int(0.05 * n), 1) for n in r["sizes"]]
+        assert r["shares"] != per_module                               # the gradient's weight is not spread by size
+
+
+def test_with_a_shared_budget_a_checkpoint_resumes_bitwise(tmp_path):
+    out = run_ranks(2, budget_resume_is_bitwise, (str(tmp_path / "ckpt"),), timeout=180)
+    for r in out:
+        assert len(r["shares"]) == 2 and all(s is not None and s >= 1 for s in r["shares"])
         assert all(np.array_equal(a, b) for a, b in zip(r["want"], r["got"], strict=True))

@@ -73,10 +73,12 @@ def test_the_summary_gives_mean_min_max_over_seeds_and_the_load_range():
 
 def test_the_summary_keeps_fsdp_as_one_unit_apart_from_fsdp_per_layer():
     rows = [{**row("fsdp", 1, 0.8, 10, 1, 1), "fsdp_units": "layers"},
-            {**row("fsdp", 1, 0.9, 10, 1, 1), "fsdp_units": "model"}]
+            {**row("fsdp", 1, 0.9, 10, 1, 1), "fsdp_units": "model"},
+            {**row("fsdp", 1, 0.7, 10, 1, 1), "fsdp_units": "layers-global"}]
     lines = fc.summary(rows).splitlines()[2:]
     assert "| fsdp | 1 |" in lines[0] and "0.800" in lines[0]
     assert "| fsdp, one unit | 1 |" in lines[1] and "0.900" in lines[1]
+    assert "| fsdp, global k | 1 |" in lines[2] and "0.700" in lines[2]
 
 
 @pytest.mark.parametrize("argv, key", [(["--densities", "0"], "--densities 0"), (["--fnn3-epochs", "0"],
