@@ -492,7 +492,238 @@ M1_MORE: dict[str, Callable[[Path], str]] = {}
 # -- more rows of the third matrix (m3-2 ... m3-13) ------------------------------------------------------------------
 
 
-M3_MORE: dict[str, Callable[[Path], str]] = {}
+def m3_checkpoint_missing_parts(tmp: Path) -> str:
+    import torch   # only the rows that write a file for torch.load need it here
+
+    thin = tmp / "thin.pt"
+    torch.save({"shared": {}, "ranks": {}}, thin)
+    return expect(run(tmp, f"trainer.resume={thin}", f"hydra.run.dir={tmp / 'new'}"), 2,
+                  f"error: trainer.resume='{thin}': not a checkpoint of this project (shared state has no list "
+                  "'params')")
+
+
+def m3_cifar_batch_with_code(tmp: Path) -> str:
+    import pickle
+
+    marker, data = tmp / "ran", tmp / "cifar"
+    data.mkdir()
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:     # every file of the layout
+        (data / name).write_bytes(pickle.dumps({b"data": Code(marker), b"labels": [0]}))
+    line = expect(run(tmp, "dataset=cifar10", f"dataset.data_dir={data}", f"hydra.run.dir={tmp / 'new'}"), 2,
+                  f"error: dataset=cifar10: '{data}/", "' is not a CIFAR-10 python batch (UnpicklingError: names "
+                  "posix.system, which a CIFAR-10 batch never does; refused without running it)")
+    if marker.exists():
+        raise Short("the pickle's code ran")
+    return line
+
+
+def m3_resume_adam(tmp: Path) -> str:
+    checkpoint = base_copy(tmp) / "checkpoint.pt"
+    return expect(run(tmp, f"trainer.resume={checkpoint}", "optimizer=adam", f"hydra.run.dir={tmp / 'new'}"), 2,
+                  "written by a run with optimizer=torch.optim.SGD", "this run has optimizer=torch.optim.Adam")
+
+
+RESUME_AUTO = ("trainer.max_steps=5", "trainer.checkpoint_every_steps=2", "trainer.log_every=1", "trainer.resume=auto")
+"""A resume of BASE's run (its checkpoint at step 4, the last of 4) into one more step."""
+
+
+def resumed_with_change(tmp: Path, key: str, old: object, new: object) -> str:
+    """`key=new` resumes BASE's copy (`key` was `old`) with trainer.resume_changes=[key]: exit 0, one record
+    in resumes.jsonl; returns it."""
+    run_dir = base_copy(tmp)
+    expect(run(tmp, f"hydra.run.dir={run_dir}", *RESUME_AUTO, f"{key}={new}", f"trainer.resume_changes=[{key}]"),
+           0, one_line=False)
+    record = {"step": 4, "key": key, "old": old, "new": new}
+    lines = (run_dir / "resumes.jsonl").read_text().splitlines() if (run_dir / "resumes.jsonl").is_file() else []
+    if [json.loads(line) for line in lines] != [record]:
+        raise Short(f"resumes.jsonl holds {lines}, not {json.dumps(record)}")
+    return f"resumes.jsonl: {json.dumps(record)}"
+
+
+def m3_allowed_lr_change(tmp: Path) -> str:
+    recorded = resumed_with_change(tmp, "optimizer.lr", 0.1, 0.05)
+    line = expect(run(tmp, f"hydra.run.dir={tmp / 'run'}", *RESUME_AUTO, "trainer.resume_changes=[optimizer.lrr]"),
+                  2, "trainer.resume_changes=['optimizer.lrr']: 'optimizer.lrr' is not")
+    return f"exit 0, {recorded}; then exit 2: {line[:80]}..."
+
+
+def m3_resume_other_wire(tmp: Path) -> str:
+    checkpoint = base_copy(tmp) / "checkpoint.pt"
+    line = expect(run(tmp, f"trainer.resume={checkpoint}", "compressor.wire.values=fp16",
+                      f"hydra.run.dir={tmp / 'new'}"), 2,
+                  "written by a run with compressor.wire.values=fp32; this run has compressor.wire.values=fp16 "
+                  "(trainer.resume_changes=[compressor.wire.values] allows the change")
+    shutil.rmtree(tmp / "run")
+    return f"{line[:90]}...; with the key allowed: exit 0, " + resumed_with_change(
+        tmp, "compressor.wire.values", "fp32", "fp16")
+
+
+def need_mpiexec() -> None:
+    """Skip unless this machine has an MPI launcher for backend=mpi."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from ssgd.errors import ConfigError
+    from ssgd.run.launch_mpi import mpiexec_path
+    try:
+        mpiexec_path()
+    except ConfigError as err:
+        raise Skip(str(err)) from None
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, already dead, counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def of_run(run_dir: Path) -> list[int]:
+    """Processes of the run's job (launchers, ranks): its worker config is on their command line."""
+    marker, found = str(run_dir / "worker_config.yaml").encode(), []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker in cmdline.read_bytes() and alive(int(cmdline.parent.name)):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def gone_within(pids: list[int], run_dir: Path | None, limit_s: float) -> float:
+    """Seconds until none of `pids` nor (given `run_dir`) any process of the run is left; Short (naming them)
+    after `limit_s`."""
+    start = time.monotonic()
+    while left := sorted({*[p for p in pids if alive(p)], *(of_run(run_dir) if run_dir else [])}):
+        if time.monotonic() - start > limit_s:
+            raise Short(f"{len(left)} processes left {limit_s:.0f} s after: {left}")
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+class Job(NamedTuple):
+    """A run of `long_run`: its launcher, its folder and the processes below the launcher."""
+    proc: subprocess.Popen
+    run_dir: Path
+    below: list[int]
+
+
+@contextmanager
+def long_run(tmp: Path, *args: str) -> Iterator[Job]:
+    """A run of `args` (1000 epochs, a record a step; stderr in tmp/stderr.txt) once it has logged 2 records;
+    afterwards every process it started is continued and killed."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from ssgd.run.launch_mpi import descendants
+    run_dir = tmp / "run"
+    with open(tmp / "stderr.txt", "w") as err:
+        proc = subprocess.Popen([*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1",
+                                 *args], stdout=subprocess.DEVNULL, stderr=err, cwd=tmp, env=ENV)
+    below: list[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        while records(run_dir / "metrics.jsonl") < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if proc.poll() is not None or records(run_dir / "metrics.jsonl") < 2:
+            raise Short(f"no 2 steps logged (exit {proc.poll()}): {(tmp / 'stderr.txt').read_text()[-150:]}")
+        below = descendants(proc.pid)
+        yield Job(proc, run_dir, below)
+    finally:
+        for pid in [proc.pid, *below, *of_run(run_dir)]:
+            if alive(pid):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def ended(tmp: Path, proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+    """The result of a `long_run`'s launcher once it exits (Short after `timeout` seconds)."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Short(f"still running {timeout:.0f} s on") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", (tmp / "stderr.txt").read_text())
+
+
+def m3_kill_9_launcher(backend: str) -> Callable[[Path], str]:
+    """kill -9 of the `backend` launcher of 2 ranks: every process below it gone within 10 s."""
+    def row(tmp: Path) -> str:
+        if backend == "mpi":
+            need_mpiexec()
+        with long_run(tmp, f"backend={backend}", "cluster.world_size=2") as job:
+            job.proc.kill()
+            job.proc.wait()
+            took = gone_within(job.below, job.run_dir, 10.0)
+        return f"kill -9 of the launcher: all {len(job.below)} processes below it gone {took:.1f} s after"
+    return row
+
+
+def environ_rank(pid: int) -> int | None:
+    try:
+        found = re.search(rb"(?:^|\0)RANK=(\d+)\0", Path(f"/proc/{pid}/environ").read_bytes())
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
+def m3_stuck_rank(tmp: Path) -> str:
+    """Rank 1 of backend=torch stopped (SIGSTOP), so rank 0 waits in a collective where its SIGTERM handler
+    never runs; kill -9 of the launcher: rank 0's watchdog SIGKILLs it (then rank 1, continued, goes too)."""
+    with long_run(tmp, "backend=torch", "cluster.world_size=2") as job:
+        ranks = {environ_rank(pid): pid for pid in job.below}
+        if set(ranks) != {0, 1}:
+            raise Short(f"not ranks 0 and 1 below the launcher: {ranks}")
+        os.kill(ranks[1], signal.SIGSTOP)
+        time.sleep(1.0)                                   # rank 0 reaches the collective
+        job.proc.kill()
+        job.proc.wait()
+        took = gone_within([ranks[0]], None, 7.0)        # the watchdog: 0.5 s poll, 6 s grace
+        if took < 5.0:
+            raise Short(f"rank 0 gone {took:.1f} s after: its SIGTERM handler ran, not the watchdog's SIGKILL")
+        os.kill(ranks[1], signal.SIGCONT)
+        then = gone_within([ranks[1]], job.run_dir, 10.0)
+    return f"rank 0, stuck in a collective, gone {took:.1f} s after kill -9; rank 1, continued, {then:.1f} s after"
+
+
+def m3_sighup(*args: str) -> Callable[[Path], str]:
+    """SIGHUP to the launcher of `args` (a threads run when empty): exit 129, one line, a checkpoint, no summary,
+    every rank gone within 10 s."""
+    def row(tmp: Path) -> str:
+        with long_run(tmp, *args) as job:
+            job.proc.send_signal(signal.SIGHUP)
+            sent = time.monotonic()
+            line = expect(ended(tmp, job.proc, 60), 129, "error: interrupted by SIGHUP at step ",
+                          f"wrote {job.run_dir / 'checkpoint.pt'}; ")
+            gone_within(job.below, job.run_dir, 1.0)
+            took = time.monotonic() - sent
+        if job.below and took > 10.0:
+            raise Short(f"its ranks were gone {took:.1f} s after SIGHUP, not within 10 s")
+        if not (job.run_dir / "checkpoint.pt").is_file() or (job.run_dir / "summary.json").exists():
+            raise Short("no checkpoint, or a summary.json")
+        return f"{line[:100]}... ({took:.1f} s after SIGHUP)"
+    return row
+
+
+def m3_stopped_mpi_rank(tmp: Path) -> str:
+    need_mpiexec()
+    with long_run(tmp, "backend=mpi", "cluster.world_size=2", "mpi.timeout_s=3") as job:
+        beat = json.loads((job.run_dir / "mpi" / "heartbeat" / "rank1.json").read_text())
+        os.kill(beat["pid"], signal.SIGSTOP)
+        sent = time.monotonic()
+        line = expect(ended(tmp, job.proc, 30), 1, f"error: backend=mpi: rank 1 on host {socket.gethostname()} made "
+                      f"no progress for 3 s (mpi.timeout_s=3): its last heartbeat (pid {beat['pid']}) was at step ",
+                      "stopped the MPI job")
+        took = time.monotonic() - sent
+        gone_within(job.below, job.run_dir, 1.0)
+    if took > 3 + 8:
+        raise Short(f"the job ended {took:.1f} s after the SIGSTOP")
+    return f"{line[:110]}... (ended {took:.1f} s after SIGSTOP, no rank left)"
+
+
+M3_MORE: dict[str, Callable[[Path], str]] = {
+    "m3-2": m3_checkpoint_missing_parts, "m3-3": m3_cifar_batch_with_code, "m3-4": m3_resume_adam,
+    "m3-6": m3_allowed_lr_change, "m3-7": m3_resume_other_wire, "m3-8": m3_kill_9_launcher("mpi"),
+    "m3-9": m3_kill_9_launcher("torch"), "m3-10": m3_stuck_rank, "m3-11": m3_sighup(),
+    "m3-12": m3_sighup("backend=torch", "cluster.world_size=2"), "m3-13": m3_stopped_mpi_rank,
+}
 """Third-matrix rows m3-2 ... m3-13 replayed by the functions above this line."""
 
 
