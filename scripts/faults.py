@@ -497,6 +497,7 @@ def refusing(*cases: tuple[str, str]) -> Callable[[Path], str]:
 
 
 def mpiexec_or_skip() -> str:
+    """The mpiexec that backend=mpi runs; Skip where there is none."""
     sys.path.insert(0, str(ROOT / "src"))
     from ssgd.errors import ConfigError
     from ssgd.run.launch_mpi import mpiexec_path
@@ -578,19 +579,33 @@ def m1_sigterm_mpi(tmp: Path) -> str:
     return line
 
 
+def pending(pid: int, signum: int) -> bool:
+    """Whether `signum` waits to be delivered to process `pid` (its /proc status: SigPnd, ShdPnd)."""
+    try:
+        masks = [int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith(("SigPnd:", "ShdPnd:"))]
+    except OSError:
+        return False
+    return any(mask >> (signum - 1) & 1 for mask in masks)
+
+
 def m1_second_signal(tmp: Path) -> str:
-    """Two SIGINTs 0.1 s apart inside one step (100 virtual ranks: a step takes longer than that)."""
+    """A SIGINT once a step is logged, a second 0.02 s after the first was delivered: inside one step
+    (500 virtual ranks of 8 samples: a step takes about a second of CPU, many times that gap)."""
     run_dir = tmp / "run"
 
     def first_sent() -> bool:
-        if records(run_dir / "metrics.jsonl") < 2:
+        if records(run_dir / "metrics.jsonl") < 1:
             return False
         for pid in processes_with(f"hydra.run.dir={run_dir}"):
             os.kill(pid, signal.SIGINT)
-        time.sleep(0.1)
+            deadline = time.monotonic() + 5
+            while pending(pid, signal.SIGINT) and time.monotonic() < deadline:
+                time.sleep(0.001)
+        time.sleep(0.02)                        # the Python handler runs between two small torch calls
         return True
     proc = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1",
-                           "cluster.world_size=100"], first_sent, ignore_sigint=False)
+                           "cluster.world_size=500", "trainer.batch_size=8"], first_sent, ignore_sigint=False)
     line = expect(proc, 130, "error: interrupted by SIGINT twice: stopped at once, without writing a checkpoint")
     if (run_dir / "checkpoint.pt").exists() or (run_dir / "summary.json").exists():
         raise Short("a checkpoint or a summary.json was written")
@@ -606,39 +621,46 @@ def m1_rank_killed(tmp: Path) -> str:
 
 
 def m1_kill_and_resume(tmp: Path) -> str:
-    """kill -9 after a checkpoint and later steps; the same command with trainer.resume=auto; the uninterrupted run."""
-    args = ["trainer.max_steps=200", "trainer.checkpoint_every_steps=3", "trainer.log_every=1"]
+    """kill -9 after a checkpoint and later steps, then the same command with trainer.resume=auto; the
+    uninterrupted run beside it (started first, so that it runs while the other is killed and resumed)."""
+    args = ["trainer.max_steps=100", "trainer.checkpoint_every_steps=3", "trainer.log_every=1"]
     run_dir, straight = tmp / "run", tmp / "straight"
-    killed = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", *args], lambda: (run_dir / "checkpoint.pt").is_file()
+    beside = subprocess.Popen([*TRAIN, *args, f"hydra.run.dir={straight}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, cwd=tmp, env=ENV)
+    killed = signalled(tmp, [*TRAIN, *args, f"hydra.run.dir={run_dir}"], lambda: (run_dir / "checkpoint.pt").is_file()
                        and records(run_dir / "metrics.jsonl") >= 5, ignore_sigint=False, signum=signal.SIGKILL)
-    if killed.returncode != -signal.SIGKILL:
-        raise Short(f"the first run was not killed: exit {killed.returncode}")
+    if killed.returncode != -signal.SIGKILL or beside.wait(timeout=240) != 0:
+        raise Short(f"the first run was not killed (exit {killed.returncode}), or the uninterrupted one failed")
     seen = records(run_dir / "metrics.jsonl")
-    expect(run(tmp, f"hydra.run.dir={run_dir}", *args, "trainer.resume=auto"), 0, one_line=False)
-    finished_run(tmp, f"hydra.run.dir={straight}", *args)
+    expect(run(tmp, *args, f"hydra.run.dir={run_dir}", "trainer.resume=auto"), 0, one_line=False)
     steps = [json.loads(r)["step"] for r in (run_dir / "metrics.jsonl").read_text().splitlines() if "train/loss" in r]
-    if steps != list(range(1, 201)):
-        raise Short(f"metrics.jsonl logs steps {steps[:3]}...{steps[-3:]} ({len(steps)}), not 1..200 once each")
+    if steps != list(range(1, 101)):
+        raise Short(f"metrics.jsonl logs steps {steps[:3]}...{steps[-3:]} ({len(steps)}), not 1..100 once each")
     summaries = [{k: v for k, v in json.loads((d / "summary.json").read_text()).items()
                   if not k.startswith("time/") and k not in ("wall_s", "throughput/here")} for d in (run_dir, straight)]
     if summaries[0] != summaries[1]:
         raise Short(f"the summary differs from the uninterrupted run's in "
                     f"{sorted(k for k in summaries[0] if summaries[0][k] != summaries[1].get(k))}")
-    return f"killed after {seen} records; resumed to step 200, every step logged once, the summary equals the " \
+    return f"killed after {seen} records; resumed to step 100, every step logged once, the summary equals the " \
            "uninterrupted run's"
 
 
 def m1_same_second(tmp: Path) -> str:
-    procs = [subprocess.Popen([*TRAIN, "trainer.max_steps=1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp, env=ENV) for _ in range(2)]
+    """Two runs at once whose run directory is the default's (conf/config.yaml) with its date and time fixed,
+    as if started in the same second: the random suffix keeps them apart."""
+    import yaml
+
+    default = yaml.safe_load((ROOT / "src" / "ssgd" / "conf" / "config.yaml").read_text())["hydra"]["run"]["dir"]
+    same = "hydra.run.dir=" + re.sub(r"\$\{now:[^}]*\}", "same-second", default)
+    procs = [subprocess.Popen([*TRAIN, "trainer.max_steps=1", same], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp, env=ENV) for _ in range(2)]
     for proc in procs:
         expect(subprocess.CompletedProcess(proc.args, proc.wait(timeout=120), "", proc.stderr.read()), 0,
                one_line=False)
-    dirs = sorted(p for p in (tmp / "outputs").glob("*/*") if (p / "summary.json").is_file())
+    dirs = sorted(str(p.parent.relative_to(tmp)) for p in tmp.rglob("summary.json"))
     if len(dirs) != 2:
         raise Short(f"{len(dirs)} run directories with a summary.json, not 2")
-    same = "in the same second" if dirs[0].name[:8] == dirs[1].name[:8] else "a second apart"
-    return f"two directories, started {same}: {dirs[0].name}, {dirs[1].name}"
+    return f"two directories: {dirs[0]}, {dirs[1]}"
 
 
 M1_MORE: dict[str, Callable[[Path], str]] = {
