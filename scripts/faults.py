@@ -483,9 +483,202 @@ def m3_wandb_mode_bogus(tmp: Path) -> str:
 
 
 # -- more rows of the first matrix (m1-*) ---------------------------------------------------------------------------
+def refusing(*cases: tuple[str, str]) -> Callable[[Path], str]:
+    """A row of bad input: each (overrides, piece) is refused with one line holding the piece, exit 2, and
+    nothing left in the folder it ran in (its own under tmp)."""
+    def row(tmp: Path) -> str:
+        lines = []
+        for i, (overrides, piece) in enumerate(cases):
+            (tmp / str(i)).mkdir()
+            lines.append(expect(run(tmp / str(i), *overrides.split()), 2, piece))
+            nothing_left(tmp / str(i))
+        return " / ".join(lines)
+    return row
 
 
-M1_MORE: dict[str, Callable[[Path], str]] = {}
+def mpiexec_or_skip() -> str:
+    """The mpiexec that backend=mpi runs; Skip where there is none."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from ssgd.errors import ConfigError
+    from ssgd.run.launch_mpi import mpiexec_path
+    try:
+        return mpiexec_path()
+    except ConfigError as err:
+        raise Skip(str(err)) from None
+
+
+def m1_wandb_no_network(tmp: Path) -> str:
+    """wandb online with a key, its server an address on this host where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]           # closed below: nothing listens there
+    (tmp / "home").mkdir()
+    env = {"WANDB_API_KEY": "k" * 40, "WANDB_BASE_URL": f"http://127.0.0.1:{port}", "WANDB_INIT_TIMEOUT": "3",
+           "HOME": str(tmp / "home")}
+    proc = run(tmp, "wandb.mode=online", "trainer.max_steps=1", f"hydra.run.dir={tmp / 'run'}", cmd=TRAIN[:3],
+               env=env, timeout=120)
+    return expect(proc, 2, "error: wandb.mode=online: ", "wandb.mode=offline needs no network")
+
+
+def m1_resume_another_model(tmp: Path) -> str:
+    checkpoint = base_copy(tmp) / "checkpoint.pt"
+    return expect(run(tmp, f"trainer.resume={checkpoint}", "model=cnn", "dataset=synthetic_mnist",
+                      f"hydra.run.dir={tmp / 'new'}"), 2,
+                  f"error: trainer.resume='{checkpoint}': written for a model with 199210 parameters; this run's "
+                  "model has ")
+
+
+def m1_resume_no_checkpoint(tmp: Path) -> str:
+    (tmp / "junk.pt").write_text("not a checkpoint")
+    lines = [expect(run(tmp, f"trainer.resume={tmp / name}", f"hydra.run.dir={tmp / name}-run"), 2,
+                    f"error: trainer.resume='{tmp / name}': {piece}")
+             for name, piece in (("nothing.pt", "no such checkpoint file"),
+                                 ("junk.pt", "not a checkpoint of this project ("))]
+    return " / ".join(lines)
+
+
+def m1_diverged(tmp: Path) -> str:
+    import torch   # only the rows that read a checkpoint need it here
+
+    run_dir = tmp / "run"
+    line = expect(run(tmp, f"hydra.run.dir={run_dir}", "compressor=dense", "optimizer.lr=30",
+                      "trainer.batch_size=256", "trainer.epochs=6", "trainer.checkpoint_every=1"), 3,
+                  "error: diverged: the training loss or the weights were not finite at step ")
+    diverged = json.loads((run_dir / "summary.json").read_text()).get("diverged_at_step")
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)["shared"]
+    if diverged is None or not diverged > saved["step"] > 0:
+        raise Short(f"diverged_at_step {diverged}, the checkpoint's step {saved['step']}")
+    if not all(bool(torch.isfinite(p).all()) for p in saved["params"]):
+        raise Short("the checkpoint holds non-finite weights")
+    return f"{line} (checkpoint of step {saved['step']} kept, finite)"
+
+
+def processes_with(text: str) -> list[int]:
+    """Processes whose command line contains `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def m1_sigterm_mpi(tmp: Path) -> str:
+    mpiexec_or_skip()
+    run_dir = tmp / "run"
+    proc = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1",
+                           "backend=mpi", "cluster.world_size=2"],
+                     lambda: records(run_dir / "metrics.jsonl") >= 2, ignore_sigint=False, signum=signal.SIGTERM)
+    line = expect(proc, 143, "error: interrupted by SIGTERM at step ", "trainer.resume=auto")
+    if not (run_dir / "checkpoint.pt").is_file() or (run_dir / "summary.json").exists():
+        raise Short("no checkpoint, or a summary.json")
+    if processes_with(str(run_dir / "worker_config.yaml")):
+        raise Short("a rank or mpiexec is still running after the launcher exited")
+    return line
+
+
+def pending(pid: int, signum: int) -> bool:
+    """Whether `signum` waits to be delivered to process `pid` (its /proc status: SigPnd, ShdPnd)."""
+    try:
+        masks = [int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith(("SigPnd:", "ShdPnd:"))]
+    except OSError:
+        return False
+    return any(mask >> (signum - 1) & 1 for mask in masks)
+
+
+def m1_second_signal(tmp: Path) -> str:
+    """A SIGINT once a step is logged, a second 0.02 s after the first was delivered: inside one step
+    (500 virtual ranks of 8 samples: a step takes about a second of CPU, many times that gap)."""
+    run_dir = tmp / "run"
+
+    def first_sent() -> bool:
+        if records(run_dir / "metrics.jsonl") < 1:
+            return False
+        for pid in processes_with(f"hydra.run.dir={run_dir}"):
+            os.kill(pid, signal.SIGINT)
+            deadline = time.monotonic() + 5
+            while pending(pid, signal.SIGINT) and time.monotonic() < deadline:
+                time.sleep(0.001)
+        time.sleep(0.02)                        # the Python handler runs between two small torch calls
+        return True
+    proc = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1",
+                           "cluster.world_size=500", "trainer.batch_size=8"], first_sent, ignore_sigint=False)
+    line = expect(proc, 130, "error: interrupted by SIGINT twice: stopped at once, without writing a checkpoint")
+    if (run_dir / "checkpoint.pt").exists() or (run_dir / "summary.json").exists():
+        raise Short("a checkpoint or a summary.json was written")
+    return line
+
+
+def m1_rank_killed(tmp: Path) -> str:
+    mpiexec_or_skip()
+    proc = run(tmp, "backend=mpi", "cluster.world_size=2", "debug.fail_rank=1", "debug.fail_step=3",
+               "debug.fail_mode=kill", f"hydra.run.dir={tmp / 'run'}", timeout=180,
+               env={"SSGD_RANK_HOOK": str(ROOT / "tests" / "rank_faults.py")})
+    return expect(proc, 137, "error: backend=mpi: rank 1 (node ", ") was killed by signal 9 (SIGKILL)")
+
+
+def m1_kill_and_resume(tmp: Path) -> str:
+    """kill -9 after a checkpoint and later steps, then the same command with trainer.resume=auto; the
+    uninterrupted run beside it (started first, so that it runs while the other is killed and resumed)."""
+    args = ["trainer.max_steps=100", "trainer.checkpoint_every_steps=3", "trainer.log_every=1"]
+    run_dir, straight = tmp / "run", tmp / "straight"
+    beside = subprocess.Popen([*TRAIN, *args, f"hydra.run.dir={straight}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, cwd=tmp, env=ENV)
+    killed = signalled(tmp, [*TRAIN, *args, f"hydra.run.dir={run_dir}"], lambda: (run_dir / "checkpoint.pt").is_file()
+                       and records(run_dir / "metrics.jsonl") >= 5, ignore_sigint=False, signum=signal.SIGKILL)
+    if killed.returncode != -signal.SIGKILL or beside.wait(timeout=240) != 0:
+        raise Short(f"the first run was not killed (exit {killed.returncode}), or the uninterrupted one failed")
+    seen = records(run_dir / "metrics.jsonl")
+    expect(run(tmp, *args, f"hydra.run.dir={run_dir}", "trainer.resume=auto"), 0, one_line=False)
+    steps = [json.loads(r)["step"] for r in (run_dir / "metrics.jsonl").read_text().splitlines() if "train/loss" in r]
+    if steps != list(range(1, 101)):
+        raise Short(f"metrics.jsonl logs steps {steps[:3]}...{steps[-3:]} ({len(steps)}), not 1..100 once each")
+    summaries = [{k: v for k, v in json.loads((d / "summary.json").read_text()).items()
+                  if not k.startswith("time/") and k not in ("wall_s", "throughput/here")} for d in (run_dir, straight)]
+    if summaries[0] != summaries[1]:
+        raise Short(f"the summary differs from the uninterrupted run's in "
+                    f"{sorted(k for k in summaries[0] if summaries[0][k] != summaries[1].get(k))}")
+    return f"killed after {seen} records; resumed to step 100, every step logged once, the summary equals the " \
+           "uninterrupted run's"
+
+
+def m1_same_second(tmp: Path) -> str:
+    """Two runs at once whose run directory is the default's (conf/config.yaml) with its date and time fixed,
+    as if started in the same second: the random suffix keeps them apart."""
+    import yaml
+
+    default = yaml.safe_load((ROOT / "src" / "ssgd" / "conf" / "config.yaml").read_text())["hydra"]["run"]["dir"]
+    same = "hydra.run.dir=" + re.sub(r"\$\{now:[^}]*\}", "same-second", default)
+    procs = [subprocess.Popen([*TRAIN, "trainer.max_steps=1", same], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp, env=ENV) for _ in range(2)]
+    for proc in procs:
+        expect(subprocess.CompletedProcess(proc.args, proc.wait(timeout=120), "", proc.stderr.read()), 0,
+               one_line=False)
+    dirs = sorted(str(p.parent.relative_to(tmp)) for p in tmp.rglob("summary.json"))
+    if len(dirs) != 2:
+        raise Short(f"{len(dirs)} run directories with a summary.json, not 2")
+    return f"two directories: {dirs[0]}, {dirs[1]}"
+
+
+M1_MORE: dict[str, Callable[[Path], str]] = {
+    "m1-3": refusing(("+optimizer.lrr=0.5", "error: optimizer.lrr: unknown key for torch.optim.SGD; allowed: "
+                      "dampening, ")),
+    "m1-6": refusing(("model=lstm", "error: model=lstm needs a token dataset, but dataset "),
+                     ("model=alexnet dataset=synthetic_cifar10", "error: model=alexnet needs RGB image data of "
+                      "shape (3, H, W) with H, W >= ")),
+    "m1-9": refusing(("backend=mpi trainer.batch_size=2000", "error: trainer.batch_size=2000 x cluster.world_size=4 "
+                      "= 8000 samples per step, more than the 4000 training samples")),
+    "m1-10": refusing(("model=resnet50 dataset=synthetic_imagenet64 dataset.n_train=1000000 trainer.batch_size=1 "
+                       "cluster.world_size=100000", "error: cluster.world_size=100000: needs about 20445.6 GB for "
+                       "100000 virtual ranks' residuals and compressor buffers (2 x 25,557,032 parameters x 4 B "
+                       "each), but ")),
+    "m1-12": m1_wandb_no_network, "m1-16": m1_resume_another_model, "m1-17": m1_resume_no_checkpoint,
+    "m1-19": m1_diverged, "m1-21": m1_sigterm_mpi, "m1-22": m1_second_signal, "m1-24": m1_rank_killed,
+    "m1-25": m1_kill_and_resume, "m1-27": m1_same_second,
+}
 """First-matrix rows replayed by the functions above this line."""
 
 
