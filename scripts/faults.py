@@ -391,15 +391,21 @@ def m1_resume_another_seed(tmp: Path) -> str:
                   "trainer.resume_weights_only=true starts a new run from its weights only)")
 
 
-def m1_rank_count(tmp: Path) -> str:
-    """`mpiexec -n 3` of a worker config written for 2 ranks (`mpi.launch=false` writes it)."""
+def mpiexec_or_skip() -> str:
+    """The mpiexec that backend=mpi runs; Skip where there is none."""
     sys.path.insert(0, str(ROOT / "src"))
     from ssgd.errors import ConfigError
-    from ssgd.run.launch_mpi import mpiexec_path, worker_command, worker_env
+    from ssgd.run.launch_mpi import mpiexec_path
     try:
-        mpiexec = mpiexec_path()
+        return mpiexec_path()
     except ConfigError as err:
         raise Skip(str(err)) from None
+
+
+def m1_rank_count(tmp: Path) -> str:
+    """`mpiexec -n 3` of a worker config written for 2 ranks (`mpi.launch=false` writes it)."""
+    mpiexec = mpiexec_or_skip()
+    from ssgd.run.launch_mpi import worker_command, worker_env
     config = tmp / "run" / "worker_config.yaml"
     expect(run(tmp, "backend=mpi", "cluster.world_size=2", "mpi.launch=false", f"hydra.run.dir={tmp / 'run'}"), 0,
            one_line=False)
@@ -408,20 +414,31 @@ def m1_rank_count(tmp: Path) -> str:
     return next(line for line in proc.stderr.splitlines() if "but this MPI job has 3 ranks" in line)
 
 
-def m1_sigterm(tmp: Path) -> str:
+def sigterm_after_two_steps(tmp: Path, *extra: str) -> tuple[str, Path]:
+    """SIGTERM to a long run of `extra` once it logged 2 steps: (its one line, its run folder); Short unless it
+    exits 143 with a checkpoint and no summary.json."""
     run_dir = tmp / "run"
-    proc = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1"],
+    proc = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1", *extra],
                      lambda: records(run_dir / "metrics.jsonl") >= 2, ignore_sigint=False, signum=signal.SIGTERM)
     line = expect(proc, 143, "interrupted by SIGTERM at step ", "wrote ", "trainer.resume=auto")
     if not (run_dir / "checkpoint.pt").is_file() or (run_dir / "summary.json").exists():
         raise Short("no checkpoint, or a summary.json")
-    return line
+    return line, run_dir
+
+
+def m1_sigterm(tmp: Path) -> str:
+    return sigterm_after_two_steps(tmp)[0]
+
+
+def rank_fails(tmp: Path, mode: str) -> subprocess.CompletedProcess:
+    """A 2-rank backend=mpi run whose rank 1 fails at step 3 by `mode` (debug.fail_mode: raise, kill, ...)."""
+    return run(tmp, "backend=mpi", "cluster.world_size=2", "debug.fail_rank=1", "debug.fail_step=3",
+               f"debug.fail_mode={mode}", f"hydra.run.dir={tmp / 'run'}", timeout=180,
+               env={"SSGD_RANK_HOOK": str(ROOT / "tests" / "rank_faults.py")})
 
 
 def m1_rank_raises(tmp: Path) -> str:
-    proc = run(tmp, "backend=mpi", "cluster.world_size=2", "debug.fail_rank=1", "debug.fail_step=3",
-               "debug.fail_mode=raise", f"hydra.run.dir={tmp / 'run'}", timeout=180,
-               env={"SSGD_RANK_HOOK": str(ROOT / "tests" / "rank_faults.py")})
+    proc = rank_fails(tmp, "raise")
     return expect(proc, 1, "error: backend=mpi: rank 1 failed: RuntimeError: injected failure at step 3 "
                   "(debug.fail_rank=1) (traceback in ")
 
@@ -496,17 +513,6 @@ def refusing(*cases: tuple[str, str]) -> Callable[[Path], str]:
     return row
 
 
-def mpiexec_or_skip() -> str:
-    """The mpiexec that backend=mpi runs; Skip where there is none."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from ssgd.errors import ConfigError
-    from ssgd.run.launch_mpi import mpiexec_path
-    try:
-        return mpiexec_path()
-    except ConfigError as err:
-        raise Skip(str(err)) from None
-
-
 def m1_wandb_no_network(tmp: Path) -> str:
     """wandb online with a key, its server an address on this host where nothing listens."""
     with socket.socket() as probe:
@@ -567,13 +573,9 @@ def processes_with(text: str) -> list[int]:
 
 def m1_sigterm_mpi(tmp: Path) -> str:
     mpiexec_or_skip()
-    run_dir = tmp / "run"
-    proc = signalled(tmp, [*TRAIN, f"hydra.run.dir={run_dir}", "trainer.epochs=1000", "trainer.log_every=1",
-                           "backend=mpi", "cluster.world_size=2"],
-                     lambda: records(run_dir / "metrics.jsonl") >= 2, ignore_sigint=False, signum=signal.SIGTERM)
-    line = expect(proc, 143, "error: interrupted by SIGTERM at step ", "trainer.resume=auto")
-    if not (run_dir / "checkpoint.pt").is_file() or (run_dir / "summary.json").exists():
-        raise Short("no checkpoint, or a summary.json")
+    line, run_dir = sigterm_after_two_steps(tmp, "backend=mpi", "cluster.world_size=2")
+    if not line.startswith("error: "):
+        raise Short(f"not one error line: {line!r}")
     if processes_with(str(run_dir / "worker_config.yaml")):
         raise Short("a rank or mpiexec is still running after the launcher exited")
     return line
@@ -614,10 +616,7 @@ def m1_second_signal(tmp: Path) -> str:
 
 def m1_rank_killed(tmp: Path) -> str:
     mpiexec_or_skip()
-    proc = run(tmp, "backend=mpi", "cluster.world_size=2", "debug.fail_rank=1", "debug.fail_step=3",
-               "debug.fail_mode=kill", f"hydra.run.dir={tmp / 'run'}", timeout=180,
-               env={"SSGD_RANK_HOOK": str(ROOT / "tests" / "rank_faults.py")})
-    return expect(proc, 137, "error: backend=mpi: rank 1 (node ", ") was killed by signal 9 (SIGKILL)")
+    return expect(rank_fails(tmp, "kill"), 137, "error: backend=mpi: rank 1 (node ", ") was killed by signal 9 (SIGKILL)")
 
 
 def m1_kill_and_resume(tmp: Path) -> str:
@@ -751,17 +750,6 @@ def m3_resume_other_wire(tmp: Path) -> str:
         tmp, "compressor.wire.values", "fp32", "fp16")
 
 
-def need_mpiexec() -> None:
-    """Skip unless this machine has an MPI launcher for backend=mpi."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from ssgd.errors import ConfigError
-    from ssgd.run.launch_mpi import mpiexec_path
-    try:
-        mpiexec_path()
-    except ConfigError as err:
-        raise Skip(str(err)) from None
-
-
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, already dead, counts as gone)."""
     try:
@@ -840,7 +828,7 @@ def m3_kill_9_launcher(backend: str) -> Callable[[Path], str]:
     """kill -9 of the `backend` launcher of 2 ranks: every process below it gone within 10 s."""
     def row(tmp: Path) -> str:
         if backend == "mpi":
-            need_mpiexec()
+            mpiexec_or_skip()
         with long_run(tmp, f"backend={backend}", "cluster.world_size=2") as job:
             job.proc.kill()
             job.proc.wait()
@@ -896,7 +884,7 @@ def m3_sighup(*args: str) -> Callable[[Path], str]:
 
 
 def m3_stopped_mpi_rank(tmp: Path) -> str:
-    need_mpiexec()
+    mpiexec_or_skip()
     with long_run(tmp, "backend=mpi", "cluster.world_size=2", "mpi.timeout_s=3") as job:
         beat = json.loads((job.run_dir / "mpi" / "heartbeat" / "rank1.json").read_text())
         os.kill(beat["pid"], signal.SIGSTOP)
