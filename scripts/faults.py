@@ -911,7 +911,273 @@ M3_MORE: dict[str, Callable[[Path], str]] = {
 # -- more rows of the third matrix (m3-15 ... m3-25) and of this page's fourth (15, 16, 18) ---------------------------
 
 
-M4_MORE: dict[str, Callable[[Path], str]] = {}
+RANK_HOOK = {"SSGD_RANK_HOOK": str(ROOT / "tests" / "rank_faults.py")}
+TORCH2 = ("backend=torch", "cluster.world_size=2")
+
+
+def one_stderr_line(proc: subprocess.CompletedProcess, status: int, *pieces: str, absent: str = "") -> str:
+    """`expect` with a word that must not be on stderr (a banner, a C++ source path)."""
+    line = expect(proc, status, *pieces)
+    if absent and absent in proc.stderr:
+        raise Short(f"{absent!r} on stderr: {line[:150]}")
+    return line
+
+
+def m3_killed_torch_rank(tmp: Path) -> str:
+    proc = run(tmp, *TORCH2, "trainer.max_steps=20", "debug.fail_rank=1", "debug.fail_step=3", "debug.fail_mode=kill",
+               f"hydra.run.dir={tmp / 'run'}", timeout=180, env=RANK_HOOK)
+    line = one_stderr_line(proc, 1, "error: backend=torch: rank 1 was killed by signal 9 (SIGKILL); the other ranks "
+                           "were stopped", absent="GLHF")
+    if "third_party" in proc.stderr:
+        raise Short(f"torch's C++ source path on stderr: {line[:150]}")
+    return line
+
+
+def checkpoint_intact(path: Path) -> None:
+    import zipfile
+    try:
+        bad = zipfile.ZipFile(path).testzip()
+    except (OSError, zipfile.BadZipFile) as err:
+        raise Short(f"{path.name} is not whole: {err}") from None
+    if bad is not None:
+        raise Short(f"{path.name}: its entry {bad} does not match its CRC32")
+
+
+def m3_second_checkpoint_full(tmp: Path) -> str:
+    with disk(tmp / "d", "7m") as d:            # the first 4.8 MB checkpoint fits, its successor does not
+        proc = run(tmp, f"hydra.run.dir={d / 'run'}", "trainer.max_steps=4", "trainer.checkpoint_every_steps=2")
+        line = expect(proc, 2, "checkpoint.pt: cannot write the checkpoint (No space left on device)",
+                      "the previous checkpoint is kept")
+        no_tmp(d)
+        checkpoint_intact(d / "run" / "checkpoint.pt")
+    return line
+
+
+def m3_wandb_mode_from_env(tmp: Path) -> str:
+    run_dir = tmp / "run"
+    expect(run(tmp, f"hydra.run.dir={run_dir}", "trainer.max_steps=1", cmd=TRAIN[:3], env={"WANDB_MODE": "disabled"}),
+           0, one_line=False)
+    if (run_dir / "wandb").exists() or "mode: disabled" not in (run_dir / ".hydra" / "config.yaml").read_text():
+        raise Short("a wandb folder, or .hydra/config.yaml without wandb's mode: disabled")
+    return "exit 0, .hydra/config.yaml says mode: disabled, no wandb folder"
+
+
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` and its bytes (None for a folder)."""
+    return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes()) for p in sorted(folder.rglob("*"))}
+
+
+BASE_ARGS = ("trainer.max_steps=4", "trainer.checkpoint_every_steps=2", "trainer.log_every=1")
+"""BASE's settings: the same command again is a resume of a finished run."""
+
+
+def m3_resume_finished(tmp: Path) -> str:
+    run_dir = base_copy(tmp)
+    before = tree(run_dir)
+    proc = run(tmp, f"hydra.run.dir={run_dir}", *BASE_ARGS, "trainer.resume=auto")
+    expect(proc, 0, "this run already finished at step 4 (summary.json); nothing to do, nothing changed",
+           one_line=False)
+    if tree(run_dir) != before:
+        raise Short("a byte of the finished run changed")
+    return next(line for line in proc.stdout.splitlines() if "already finished" in line)
+
+
+def m3_refused_run_leaves_folder(tmp: Path) -> str:
+    new = tmp / "new" / "run"
+    line = expect(run(tmp, "compressor.density=1.5", f"hydra.run.dir={new}"), 2, "compressor.density=1.5")
+    if (tmp / "new").exists():
+        raise Short("the refused run left its new folder")
+    run_dir = base_copy(tmp)
+    before = tree(run_dir)
+    expect(run(tmp, f"hydra.run.dir={run_dir}", *BASE_ARGS, "trainer.resume=auto", "optimizer.lr=0.05"), 2,
+           "written by a run with optimizer.lr=0.1")
+    if tree(run_dir) != before:
+        raise Short("a byte of the finished run changed (.hydra/, train.log, ...)")
+    return f"{line[:80]}...; the lr refusal left every byte of the finished run"
+
+
+def m3_two_runs_one_folder(tmp: Path) -> str:
+    run_dir = tmp / "run"
+    procs = [subprocess.Popen([*TRAIN, f"seed={seed}", "trainer.max_steps=2", "trainer.resume=auto",
+                               f"hydra.run.dir={run_dir}"], cwd=tmp, env=ENV, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for seed in (1, 2)]
+    try:
+        outs = [subprocess.CompletedProcess(p.args, p.wait(timeout=180), *p.communicate()) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    if sorted(p.returncode for p in outs) != [0, 2]:
+        raise Short(f"exit statuses {[p.returncode for p in outs]}, not 0 and 2")
+    seed = 1 if outs[0].returncode == 0 else 2
+    line = expect(outs[2 - seed], 2)
+    if "another run is using this directory right now (it holds its lock)" not in line and \
+            "written by a run with seed=" not in line:
+        raise Short(f"refused for another reason: {line[:150]}")
+    if f"seed: {seed}\n" not in (run_dir / ".hydra" / "config.yaml").read_text():
+        raise Short("the refused run wrote .hydra/config.yaml")
+    return line
+
+
+# SLURM (m3-23, m3-24): the single-node cluster of scripts/slurm/cluster.sh, found as tests/slurm finds it.
+REQUEUED = ["compressor=gtopk", "trainer.max_steps=300", "trainer.log_every=1", "wandb.mode=disabled",
+            "trainer.progress=false"]
+
+
+def slurm_cluster():
+    """The running SLURM cluster (tests/slurm/conftest.py), or Skip with why there is none."""
+    from slurm.conftest import _find_cluster
+    found = _find_cluster()
+    if isinstance(found, str):
+        raise Skip(found)
+    return found
+
+
+def logged_steps(path: Path | None) -> list[int]:
+    """The steps of the training records of a metrics.jsonl being written (a last line not yet whole aside)."""
+    text = path.read_text() if path and path.is_file() else ""
+    rows = [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
+    return [r["step"] for r in rows if "train/loss" in r]
+
+
+def until(done: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise Short(f"{what} not within {timeout:.0f} s")
+        time.sleep(0.3)
+
+
+def requeue_at_step_3(cluster, job: str, metrics: Callable[[], Path | None]) -> int:
+    until(lambda: len(logged_steps(metrics())) >= 3, 150, "3 steps logged")
+    step = len(logged_steps(metrics()))
+    requeued = cluster.run(["scontrol", "requeue", job], timeout=30)
+    if requeued.returncode != 0 or step >= 300:
+        raise Short(f"scontrol requeue {job} at step {step}: {requeued.stderr.strip()[:150]}")
+    return step     # SLURM holds a requeued job back (BeginTime) about 2 minutes before it starts it again
+
+
+def every_step_once(metrics: Path) -> None:
+    steps = logged_steps(metrics)
+    if steps != list(range(1, 301)):
+        raise Short(f"{len(steps)} records, not steps 1-300 once each")
+
+
+def m3_requeued_sbatch_job(tmp: Path) -> str:
+    from slurm.conftest import FINAL_STATES
+    cluster = slurm_cluster()
+    run_dir, out = tmp / "run", tmp / "job.out"
+    job = cluster.submit(["--ntasks=2", "--open-mode=append", str(ROOT / "scripts" / "slurm" / "mpi_mpirun.sbatch"),
+                          *REQUEUED], out, env={"SSGD_RUN_DIR": str(run_dir), "SSGD_PYTHON": sys.executable})
+    try:
+        step = requeue_at_step_3(cluster, job, lambda: run_dir / "metrics.jsonl")
+        until(lambda: cluster.job_fields(job).get("JobState") in FINAL_STATES, 300, f"the end of job {job}")
+    finally:
+        cluster.run(["scancel", job], timeout=30)
+    fields, output = cluster.job_fields(job), out.read_text(errors="replace")
+    if (fields.get("JobState"), fields.get("ExitCode")) != ("COMPLETED", "0:0"):
+        raise Short(f"job {job}: {fields.get('JobState')} {fields.get('ExitCode')}: {output[-150:]}")
+    if "DUE TO JOB REQUEUE" not in output or f"restart 1: continuing from {run_dir / 'checkpoint.pt'}" not in output:
+        raise Short(f"job {job} was not stopped once and continued: {output[-150:]}")
+    every_step_once(run_dir / "metrics.jsonl")
+    return f"job {job} requeued at step {step}, continued from its checkpoint: COMPLETED 0:0, steps 1-300 once"
+
+
+def m3_requeued_submitit_point(tmp: Path) -> str:
+    cluster = slurm_cluster()
+    sweep = subprocess.Popen([*TRAIN[:2], "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.cpus_per_task=1",
+                              f"hydra.launcher.partition={cluster.partition}", "hydra.launcher.timeout_min=10",
+                              *REQUEUED], cwd=tmp, env=cluster.env, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+    jobs: list[str] = []
+    metrics = lambda: next(iter(tmp.glob("multirun/*/*/0-*/metrics.jsonl")), None)  # noqa: E731
+    try:
+        until(lambda: bool(logged_steps(metrics())) or sweep.poll() is not None, 150, "the point's first step")
+        jobs = [p.name for p in tmp.glob("multirun/*/*/.submitit/*") if p.is_dir()]
+        step = requeue_at_step_3(cluster, jobs[0] if jobs else "(none)", metrics)
+        output = sweep.communicate(timeout=300)[0]
+    finally:
+        sweep.kill()
+        for job in jobs:
+            cluster.run(["scancel", job], timeout=30)
+    if sweep.returncode != 0:
+        raise Short(f"the sweep exited {sweep.returncode}: {output[-150:]}")
+    log = next(metrics().parent.parent.glob(".submitit/*/*_0_log.out")).read_text()
+    if "SLURM restart 1 of this job: trainer.resume=auto" not in log:
+        raise Short(f"the point did not resume after its requeue: {log[-150:]}")
+    every_step_once(metrics())
+    return f"job {jobs[0]} requeued at step {step}; the sweep exited 0, steps 1-300 once"
+
+
+def m3_submitit_bad_point(tmp: Path) -> str:
+    proc = run(tmp, "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", "compressor=topk",
+               "compressor.density=0.01,1.5", "trainer.max_steps=3", *TRAIN[2:], cmd=TRAIN[:2])
+    expect(proc, 2, "sweep: 1 of 2 points failed", "compressor.density=1.5", one_line=False)
+    sweeps = list((tmp / "multirun").glob("*/*"))
+    if len(sweeps) != 1 or [len(list(sweeps[0].glob(f"*/{f}"))) for f in ("summary.json", "error.txt")] != [1, 1]:
+        raise Short("not one sweep folder with one summary.json and one error.txt")
+    return next(line for line in proc.stderr.splitlines() if line.startswith("sweep: "))
+
+
+def on_disk(tmp: Path, size: str, *args: str, status: int = 2, env: dict[str, str] | None = None,
+            pieces: tuple[str, ...] = (), full: bool = False) -> str:
+    """Run `args` into a run folder on a tmpfs of `size` (`full`: filled first); its one line (exit `status`)
+    naming the full disk and every piece, and no `.tmp` left."""
+    with disk(tmp / "d", size) as d:
+        if full:
+            from disks import fill
+            fill(d)
+        proc = run(tmp, f"hydra.run.dir={d / 'run'}", *args, timeout=180, env=env)
+        line = expect(proc, status, "(No space left on device)", *pieces)
+        no_tmp(d)
+    return line
+
+
+def row15(tmp: Path) -> str:
+    stats = on_disk(tmp, "100k", "capture.stats=true", "trainer.max_steps=300", "trainer.log_every=1000",
+                    pieces=("capture/stats.jsonl: cannot write the capture record of step ", "records before it are "
+                            "kept"))
+    u = on_disk(tmp, "512k", "capture.u_steps=[2]", "trainer.max_steps=3",
+                pieces=("capture/u_step000002.pt: cannot write the captured gradient of step 2 ",
+                        "nothing was written"))
+    return f"{stats[:110]}... / ...{u[u.index('u_step'):][:70]}..."
+
+
+NO_HYDRA = "hydra.output_subdir=null"
+"""Hydra's `.hydra/` left out, so that a small disk fills at the row's file whatever the paths' lengths."""
+
+
+def row16(tmp: Path) -> str:
+    config = on_disk(tmp, "64k", NO_HYDRA, *TORCH2, "dist.launch=false", full=True,
+                     pieces=("worker_config.yaml: cannot write the ranks' config ", "nothing was written"))
+    resumes = on_disk(tmp, "64k", NO_HYDRA, f"trainer.resume={base_copy(tmp) / 'checkpoint.pt'}",
+                      "trainer.max_steps=6", "optimizer.lr=0.05", "trainer.resume_changes=[optimizer.lr]", full=True,
+                      pieces=("resumes.jsonl: cannot write the record of the resume's changes (optimizer.lr) ",
+                              "the records before it are kept"))
+    # 3 pages of 4 KiB: worker_config.yaml and the launcher's mpi/ended.txt and watched.txt; the traceback none
+    rank = on_disk(tmp, "12k", NO_HYDRA, *TORCH2, "trainer.max_steps=20", "trainer.log_every=1000",
+                   "debug.fail_rank=1", "debug.fail_step=3", "debug.fail_mode=raise", status=1, env=RANK_HOOK,
+                   pieces=("rank 1 failed: RuntimeError: injected failure at step 3 (debug.fail_rank=1) (no traceback "
+                           "file: ", "rank1-traceback.txt: cannot write the rank's traceback "))
+    return " / ".join(re.sub(r"^error: (\S+/)?", "", line)[:50] + "..." for line in (config, resumes, rank))
+
+
+def row18(tmp: Path) -> str:
+    run_dir, mpl = tmp / "run", tmp / "mpl"
+    proc = run(tmp, f"hydra.run.dir={run_dir}", "trainer.max_steps=1", env={"MPLCONFIGDIR": str(mpl)})
+    expect(proc, 0, one_line=False)
+    if "fontManager" in proc.stdout + proc.stderr:
+        raise Short("matplotlib's 'generated new fontManager' was printed")
+    if not (run_dir / "report.png").is_file() or not any(mpl.glob("fontlist*.json")):
+        raise Short("no report.png, or no font cache built in the new MPLCONFIGDIR")
+    return "exit 0, report.png drawn, the font cache built in the empty MPLCONFIGDIR without a word"
+
+
+M4_MORE: dict[str, Callable[[Path], str]] = {
+    "m3-15": m3_killed_torch_rank, "m3-16": m3_second_checkpoint_full, "m3-17": m3_wandb_mode_from_env,
+    "m3-20": m3_resume_finished, "m3-21": m3_refused_run_leaves_folder, "m3-22": m3_two_runs_one_folder,
+    "m3-23": m3_requeued_sbatch_job, "m3-24": m3_requeued_submitit_point, "m3-25": m3_submitit_bad_point,
+    "15": row15, "16": row16, "18": row18,
+}
 """Rows m3-15 ... m3-25, 15, 16 and 18 replayed by the functions above this line."""
 
 
