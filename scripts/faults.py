@@ -1,15 +1,15 @@
 """Replay docs/faults.md's fault matrices (the first, third and fourth) from the command line, as a user meets them,
 and print a table with a line for every row of the docs: `ok` (the documented behaviour), `short` (it fell short:
-what was seen instead), `skip` (it needs what this machine lacks: the full-disk rows mount a small tmpfs, which
-needs root) or, for a row too slow to replay here or that needs SLURM, `test` and the test files that pin it
-(from the row's "test" column).
+what was seen instead) or `skip` (it needs what this machine lacks: root for the full-disk rows' small tmpfs,
+`mpiexec`, a running SLURM cluster for the requeue rows). A row of the docs with no replay here would print
+`test` and the test files that pin it (from the row's "test" column); every row has one now.
 
-    python scripts/faults.py                  # every row (about 4 minutes on 2 busy cores)
+    python scripts/faults.py                  # every row (docs/faults.md gives the time)
     python scripts/faults.py --rows 1,m1-14   # some rows (the `#` column of docs/faults.md)
     make faults                               # the same as the first line
 
-Each replayed row runs `python src/train.py ...`, `python -m ssgd.report`, `mpiexec` or a one-line script in a
-fresh temporary folder and checks the exit status, the one line on stderr and the files left behind. Exit
+Each replayed row runs `python src/train.py ...`, `python -m ssgd.report`, `mpiexec`, `sbatch` or a one-line script
+in a fresh temporary folder and checks the exit status, the one line on stderr and the files left behind. Exit
 status 0 when no row fell short, 1 otherwise. tests/unit/test_faults_replay.py fails when a row of the docs is
 neither replayed here nor pinned by an existing test file.
 """
