@@ -53,11 +53,11 @@ test: $(STAMP)  ## the whole test suite, MPI, gloo and SLURM included (testbed a
 test-fast: $(STAMP)  ## the tests not marked slow, on all cores: in-process, plus ranks forked from a preloaded server; no train.py or fresh-interpreter runs, real wandb, paper-size models or figure scripts
 	$(PY) -m pytest -q -m "not slow" -n auto
 
-# make faults: the fault matrices of docs/faults.md replayed from the command line (scripts/faults.py), each row
-# not replayed named with its tests; the full-disk rows mount small tmpfs file systems and are skipped (with the
-# reason) when not root.
+# make faults: every row of docs/faults.md's fault matrices replayed from the command line (scripts/faults.py); the
+# full-disk rows mount small tmpfs file systems and are skipped (with the reason) when not root, the SLURM requeue
+# rows when no cluster of scripts/slurm/cluster.sh is up.
 .PHONY: faults
-faults: $(STAMP)  ## replay docs/faults.md's fault matrices as a user would, a table of ok / short / tests (root for the full-disk rows)
+faults: $(STAMP)  ## replay every row of docs/faults.md as a user would, a table of ok / short / skip (root for the full-disk rows)
 	$(PY) scripts/faults.py $(ARGS)
 
 # Benchmark outputs: OUT=dir puts every result (JSON, tables, charts, summary) there instead of
