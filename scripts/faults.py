@@ -35,6 +35,7 @@ from typing import Callable, Iterator, NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from disks import small_disk, why_no_tmpfs  # noqa: E402
+from procs import alive, processes_with  # noqa: E402
 
 TRAIN = [sys.executable, str(ROOT / "src" / "train.py"), "trainer.progress=false", "wandb.mode=disabled"]
 ENV = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": str(ROOT / "src")}
@@ -284,6 +285,13 @@ def signalled(tmp: Path, args: list[str], progress: Callable[[], bool], ignore_s
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
+def code_not_run(marker: Path, line: str) -> str:
+    """`line`, or Short when the file that a refused pickle's code would create exists."""
+    if marker.exists():
+        raise Short("the pickle's code ran")
+    return line
+
+
 def records(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.is_file() else 0
 
@@ -470,9 +478,7 @@ def m3_pickle_with_code(tmp: Path) -> str:
     torch.save({"shared": {"params": [Code(marker)]}, "ranks": {}}, evil)
     line = expect(run(tmp, f"trainer.resume={evil}", f"hydra.run.dir={tmp / 'new'}"), 2,
                   f"error: trainer.resume='{evil}': refused, its pickle names posix.system", "nothing in it was run")
-    if marker.exists():
-        raise Short("the pickle's code ran")
-    return line
+    return code_not_run(marker, line)
 
 
 def m3_resume_other_lr(tmp: Path) -> str:
@@ -558,18 +564,6 @@ def m1_diverged(tmp: Path) -> str:
     if not all(bool(torch.isfinite(p).all()) for p in saved["params"]):
         raise Short("the checkpoint holds non-finite weights")
     return f"{line} (checkpoint of step {saved['step']} kept, finite)"
-
-
-def processes_with(text: str) -> list[int]:
-    """Processes whose command line contains `text`."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 def m1_sigterm_mpi(tmp: Path) -> str:
@@ -705,9 +699,7 @@ def m3_cifar_batch_with_code(tmp: Path) -> str:
     line = expect(run(tmp, "dataset=cifar10", f"dataset.data_dir={data}", f"hydra.run.dir={tmp / 'new'}"), 2,
                   f"error: dataset=cifar10: '{data}/", "' is not a CIFAR-10 python batch (UnpicklingError: names "
                   "posix.system, which a CIFAR-10 batch never does; refused without running it)")
-    if marker.exists():
-        raise Short("the pickle's code ran")
-    return line
+    return code_not_run(marker, line)
 
 
 def m3_resume_adam(tmp: Path) -> str:
@@ -751,24 +743,9 @@ def m3_resume_other_wire(tmp: Path) -> str:
         tmp, "compressor.wire.values", "fp32", "fp16")
 
 
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, already dead, counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def of_run(run_dir: Path) -> list[int]:
     """Processes of the run's job (launchers, ranks): its worker config is on their command line."""
-    marker, found = str(run_dir / "worker_config.yaml").encode(), []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker in cmdline.read_bytes() and alive(int(cmdline.parent.name)):
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
+    return processes_with(str(run_dir / "worker_config.yaml"))
 
 
 def gone_within(pids: list[int], run_dir: Path | None, limit_s: float) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from procs import processes_with
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = [sys.executable, str(ROOT / "src" / "train.py")]
@@ -66,18 +67,6 @@ def start_and_signal(run_dir: Path, signum: int, *args: str) -> tuple[subprocess
     if gone is None and "backend=mpi" in args:
         gone = time.monotonic() - sent if not processes_with(marker) else None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), gone
-
-
-def processes_with(text: str) -> list[int]:
-    """Processes whose command line contains `text`."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.mark.serial                     # a signal and its deadline: alone on the machine

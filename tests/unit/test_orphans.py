@@ -12,20 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import alive
 
 from ssgd.loop.stop import STOP_SIGNALS, exit_status
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = str(ROOT / "src")
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, already dead, counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def gone_within(pid: int, limit_s: float) -> float | None:
