@@ -8,6 +8,11 @@ u = randn(d) (seed = rank) and its payloads once, then times, interleaved in rou
   * Top-k AllGather           package `SparseAllgather`, payload: the exact top-k of u;
   * Gaussian-k AllGather      package `SparseAllgather`, payload `GaussianK().compress(u, 0.001)`;
   * gTopKAllReduce, ours      package `GTopKAllreduce`,  the same top-k payload;
+  * TopkDSA (SparCML)         package `SparseRecursiveDoubling`, the same top-k payload (--items only);
+  * Ok-Topk, exact call       package `OkTopkAllreduce(1, 1)`: thresholds and regions recomputed every call
+                              (--items only);
+  * Ok-Topk, reuse call       package `OkTopkAllreduce(REUSE_TAU, REUSE_TAU)`: the first call (counting's) is
+                              exact, every later one reuses its global threshold and regions, checked (--items only);
   * gTopKAllReduce, released  bench/released_gtopk.py: the released `gtopk_sparse_allreduce` of
                               hclhkbu/gtopkssgd (allreducer.py), re-implemented (numpy, float64
                               packing, np.intersect1d merges, a Barrier per round, Bcast from rank 0);
@@ -23,7 +28,9 @@ outside this benchmark (driver, mpiexec and ranks) used; a round above --noise-t
 repeated (<= --retries times), and a (P, d) whose rounds stay above it is marked "noisy".
 Payload selection is not timed. Modelled: `collective.model_seconds(AlphaBeta(alpha, beta), P, d,
 counts)` for `conf/cluster/<--cluster>.yaml` (default `local`: this machine). Bytes per rank: counted
-by the MPI executor vs `ssgd.perf.cost` (max over ranks).
+by the MPI executor vs `ssgd.perf.cost` (max over ranks): Ok-Topk's `oktopk_sent` from the call's sizes (its
+regions, the union of the selections, the result); none for TopkDSA, whose bytes depend on the fill-in (no closed
+form; `cost.topkdsa_worst_sent` is the disjoint-support worst case).
 
 The script is both driver and worker. The driver (never imports mpi4py's MPI) runs, for each P,
 `mpiexec -n P python -m mpi4py bench/comm.py --worker ...` under a timeout, prints the tables and
@@ -57,12 +64,16 @@ RESULTS = ROOT / "bench" / "results"
 DENSITY = 0.001
 MiB_ELEMS = 2**20
 ROUNDS, QUICK_ROUNDS = 7, 3
-COLLECTIVES = ("dense_allreduce", "topk_allgather", "gaussiank_allgather", "gtopk_allreduce", "gtopk_released",
-               "gtopk_decode", "gtopk_released_decode")
+DEFAULT_ITEMS = ("dense_allreduce", "topk_allgather", "gaussiank_allgather", "gtopk_allreduce", "gtopk_released",
+                 "gtopk_decode", "gtopk_released_decode")
+ZOO = ("topkdsa_allreduce", "oktopk_allreduce", "oktopk_reuse")     # timed only when --items names them
+COLLECTIVES = DEFAULT_ITEMS + ZOO
+REUSE_TAU = 10**9           # oktopk_reuse's tau and tau': after its first (exact) call, every call reuses
 LABELS = {"dense_allreduce": "dense allreduce", "topk_allgather": "Top-k AllGather",
           "gaussiank_allgather": "Gaussian-k AllGather", "gtopk_allreduce": "gTopKAllReduce (ours)",
           "gtopk_released": "gTopKAllReduce (released)", "gtopk_decode": "gTopKAllReduce + decode (ours)",
-          "gtopk_released_decode": "gTopKAllReduce + decode (released)"}
+          "gtopk_released_decode": "gTopKAllReduce + decode (released)", "topkdsa_allreduce": "TopkDSA (SparCML)",
+          "oktopk_allreduce": "Ok-Topk, exact call (tau = 1)", "oktopk_reuse": "Ok-Topk, threshold-reuse call"}
 PAIRS = {"collective": ("gtopk_allreduce", "gtopk_released"), "with decode": ("gtopk_decode", "gtopk_released_decode")}
 
 
@@ -91,8 +102,8 @@ def peak_rss_bytes() -> int:
 
 def payloads(d: int, rank: int, density: float) -> dict[str, Any]:
     """Rank `rank`'s payload for each collective at d, from u = randn(d) with seed = rank: u itself (dense), the
-    exact top-k of u (the Top-k AllGather's and gTop-k's), Gaussian-k's selection. The worker's inputs, and
-    those of the testbed's model of its calls (bench/testbed_comm.py)."""
+    exact top-k of u (the Top-k AllGather's, gTop-k's, TopkDSA's and Ok-Topk's), Gaussian-k's selection. The
+    worker's inputs, and those of the testbed's model of its calls (bench/testbed_comm.py)."""
     import torch
 
     import ours
@@ -103,7 +114,37 @@ def payloads(d: int, rank: int, density: float) -> dict[str, Any]:
     u = torch.randn(d, generator=torch.Generator().manual_seed(rank))
     topk = ours.select(u, k_of(d, density))
     return {"dense_allreduce": Dense(u), "topk_allgather": topk,
-            "gaussiank_allgather": GaussianK().compress(u, density), "gtopk_allreduce": topk}
+            "gaussiank_allgather": GaussianK().compress(u, density), "gtopk_allreduce": topk,
+            **{name: topk for name in ZOO}}
+
+
+def zoo_collective(name: str) -> Any:
+    """A fresh collective of one of ZOO (module docstring); KeyError for any other name."""
+    from ssgd.comm.collectives.oktopk import OkTopkAllreduce
+    from ssgd.comm.collectives.sparcml import SparseRecursiveDoubling
+
+    return {"topkdsa_allreduce": SparseRecursiveDoubling, "oktopk_allreduce": lambda: OkTopkAllreduce(1, 1),
+            "oktopk_reuse": lambda: OkTopkAllreduce(REUSE_TAU, REUSE_TAU)}[name]()
+
+
+def oktopk_sizes(rank: int, bounds: Any, mine: Any, every: list[Any], result: Any, k: int,
+                 exact: bool) -> tuple[int, list[int]]:
+    """The sizes `ssgd.perf.cost.oktopk_sent` takes, for rank `rank` after one Ok-Topk call: (`to_others`, the
+    entries of its selection `mine` (indices) outside its region [bounds[rank], bounds[rank + 1]), `selected`, per
+    region j the entries kept for the result: on an exact call min(k, n_j), n_j the distinct indices of the ranks'
+    selections `every` in region j; on a reuse call the entries of `result` (indices) in region j)."""
+    import numpy as np
+
+    edges = np.asarray(bounds, dtype=np.int64)
+    lo, hi = int(edges[rank]), int(edges[rank + 1])
+    mine = np.asarray(mine)
+    to_others = int(np.count_nonzero((mine < lo) | (mine >= hi)))
+    def per_region(indices: Any) -> list[int]:         # region j: [edges[j], edges[j + 1])
+        return [int(n) for n in np.diff(np.searchsorted(np.sort(np.asarray(indices)), edges, side="left"))]
+
+    if exact:
+        return to_others, [min(k, n) for n in per_region(np.unique(np.concatenate([np.asarray(e) for e in every])))]
+    return to_others, per_region(result)
 
 
 def kept_medians(share: harness.ClockShare, names: list[str]) -> dict[str, dict[str, float]]:
@@ -152,7 +193,8 @@ class RankBench:
         return time.perf_counter() - t0
 
     def collectives(self, given: dict) -> dict:
-        """name -> (collective, this rank's payload) of the package's four collectives."""
+        """name -> (collective, this rank's payload) of the package's four collectives, and of those of ZOO
+        that --items names."""
         import ours
         from ssgd.comm.collectives.allgather import SparseAllgather
         from ssgd.comm.collectives.dense import DenseAllreduce
@@ -160,25 +202,60 @@ class RankBench:
         return {"dense_allreduce": (DenseAllreduce(), given["dense_allreduce"]),
                 "topk_allgather": (SparseAllgather(), given["topk_allgather"]),
                 "gaussiank_allgather": (SparseAllgather(), given["gaussiank_allgather"]),
-                "gtopk_allreduce": (ours.gtopk(), given["gtopk_allreduce"])}
+                "gtopk_allreduce": (ours.gtopk(), given["gtopk_allreduce"]),
+                **{name: (zoo_collective(name), given[name]) for name in ZOO if name in self.args.items}}
 
-    def count(self, colls: dict, d: int, k: int) -> dict:
-        """One call of each collective (also a first warm-up): entries, bytes and messages by rank, measured
-        by the executor and modelled by `ssgd.perf.cost`, and the modelled seconds (rank 0's; {} elsewhere)."""
-        import ours
+    def modelled_sent(self, name: str, payload: Any, reduced: Any, counts: list[int], d: int,
+                      k: int) -> tuple[int, int] | None:
+        """(messages, bytes) this rank sent in the call of `name` that returned `reduced`, by `ssgd.perf.cost`;
+        None for TopkDSA (fill-in dependent: no closed form). Ok-Topk's from the call's sizes (`oktopk_sizes`):
+        every rank must call this for Ok-Topk (one allgather of the selections)."""
         from ssgd.perf import cost
 
+        rank, P = self.rank, self.P
+        if name == "dense_allreduce":
+            return cost.allreduce_sent(rank, P, d)
+        if name == "gtopk_allreduce":
+            return cost.gtopk_sent(rank, P, k)
+        if name == "topkdsa_allreduce":
+            return None
+        if name in ("oktopk_allreduce", "oktopk_reuse"):
+            exact = name == "oktopk_allreduce"          # oktopk_reuse's counted call is its second: a reuse call
+            every = self.comm.allgather(payload.idx.numpy()) if exact else []
+            bounds = self.coll_state(name)["bounds"]
+            to_others, selected = oktopk_sizes(rank, bounds, payload.idx.numpy(), every,
+                                               reduced.total.idx.numpy(), max(counts), exact)
+            return cost.oktopk_sent(rank, P, to_others, selected, exact=exact, regions=exact)
+        return cost.allgatherv_sent(rank, [cost.SPARSE_ENTRY_BYTES * c for c in counts])
+
+    def coll_state(self, name: str) -> dict:
+        """This rank's state of the Ok-Topk collective `name` (`OkTopkAllreduce.state_dict`)."""
+        return self.colls[name][0].state_dict(self.rank)
+
+    def check_reuse(self) -> None:
+        """Raise unless oktopk_reuse (when timed) made one exact call, its first: every later call reused the
+        threshold and regions (exact calls come at calls = 0, tau, 2 tau, ...; regions at 0, tau', ...)."""
+        if "oktopk_reuse" not in self.colls:
+            return
+        coll, calls = self.colls["oktopk_reuse"][0], self.coll_state("oktopk_reuse")["calls"]
+        if not 2 <= calls <= min(coll.tau, coll.tau_prime):
+            raise RuntimeError(f"oktopk_reuse: {calls} calls with tau = {coll.tau}, tau' = {coll.tau_prime}: "
+                               "not one exact call followed by reuse calls")
+
+    def count(self, colls: dict, d: int, k: int) -> dict:
+        """One call of each collective (also a first warm-up; oktopk_reuse: after its exact call): entries, bytes
+        and messages by rank, measured by the executor and modelled by `ssgd.perf.cost` (None where it has no
+        form), and the modelled seconds (rank 0's; {} elsewhere)."""
+        import ours
+
         comm, rank, P = self.comm, self.rank, self.P
-        counted = {}
+        self.colls, counted = colls, {}
         for name, (coll, payload) in colls.items():
             counts = comm.allgather(payload.count)
-            _, log = ours.run(coll, payload, comm, self.pool)
-            if name == "dense_allreduce":
-                modelled = cost.allreduce_sent(rank, P, d)
-            elif name == "gtopk_allreduce":
-                modelled = cost.gtopk_sent(rank, P, k)
-            else:
-                modelled = cost.allgatherv_sent(rank, [cost.SPARSE_ENTRY_BYTES * c for c in counts])
+            if name == "oktopk_reuse":
+                ours.run(coll, payload, comm, self.pool)        # the exact call whose threshold the others reuse
+            reduced, log = ours.run(coll, payload, comm, self.pool)
+            modelled = self.modelled_sent(name, payload, reduced, counts, d, k) or (None, None)
             every = comm.gather((log.stats.bytes, log.stats.messages, modelled[1], modelled[0]), root=0)
             if rank == 0:
                 counted[name] = {"entries_by_rank": counts, "modelled_s": coll.model_seconds(self.net, P, d, counts),
@@ -266,6 +343,7 @@ class RankBench:
         series = harness.interleaved(items, args.rounds, threshold=args.noise_threshold, retries=args.retries,
                                      warmup=1, min_round_s=args.min_round_s, meter=self.meter, share=self.share,
                                      on_round=self.progress(d))
+        self.check_reuse()
         medians = {name: [statistics.median(c) for c in zip(*calls)] for name, calls in computed.items() if calls}
         every_rank = self.comm.gather(medians, root=0)
         clocked = kept_medians(self.share, series.names) if args.from_last_entry else {}   # every rank: takes its calls
@@ -395,7 +473,8 @@ def collectives_table(cases: list[dict[str, Any]], cluster: str) -> list[str]:
             counted = c["counted"].get(name)
             model = ms(counted["modelled_s"]) if counted else ""
             b_meas = f"{max(counted['bytes_by_rank_measured']):,}" if counted else ""
-            b_model = f"{max(counted['bytes_by_rank_modelled']):,}" if counted else ""
+            b_model = f"{max(counted['bytes_by_rank_modelled']):,}" \
+                if counted and None not in counted["bytes_by_rank_modelled"] else ""
             dens = ""
             if name == "gaussiank_allgather" and counted:
                 dens = f"{sum(counted['entries_by_rank']) / (c['P'] * c['d']):.6f}"
@@ -418,6 +497,15 @@ def markdown(result: dict[str, Any]) -> str:
              "Every collective:", "", *collectives_table(cases, result["network"]["cluster"] if result.get("network")
                                                         else "local"), "", result.get("noise_method", "")]
     return "\n".join(lines) + "\n"
+
+
+def mismatches(cases: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """(case, name) of every counted call whose bytes or messages differ from `ssgd.perf.cost`'s, where it has
+    them (TopkDSA: none)."""
+    return [(c, name) for c in cases for name, n in c["counted"].items()
+            if None not in n["bytes_by_rank_modelled"]
+            and (n["bytes_by_rank_measured"] != n["bytes_by_rank_modelled"]
+                 or n["messages_by_rank_measured"] != n["messages_by_rank_modelled"])]
 
 
 def driver(args: argparse.Namespace) -> int:
@@ -447,9 +535,7 @@ def driver(args: argparse.Namespace) -> int:
               "jobs": [{k: v for k, v in job.items() if k not in ("cases", "mpi", "network")} for job in jobs],
               "cases": cases}
     print(markdown(result))
-    mismatched = [(c, name) for c in cases for name, n in c["counted"].items()
-                  if n["bytes_by_rank_measured"] != n["bytes_by_rank_modelled"]
-                  or n["messages_by_rank_measured"] != n["messages_by_rank_modelled"]]
+    mismatched = mismatches(cases)
     for c, name in mismatched:
         print(f"WARNING: P={c['P']} d={size_label(c['d'])} {name}: counted bytes/messages differ from the cost model",
               file=sys.stderr)
@@ -476,8 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int,
                     help=f"interleaved rounds per (P, d) (default {ROUNDS}; --quick {QUICK_ROUNDS})")
     harness.add_noise_arguments(ap)
-    ap.add_argument("--items", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES),
-                    help="which collectives to time (default: all)")
+    ap.add_argument("--items", nargs="+", choices=COLLECTIVES, default=list(DEFAULT_ITEMS),
+                    help=f"which collectives to time (default: all but {', '.join(ZOO)})")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mpiexec job before it is killed")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--json", help="result file (default <out-dir>/comm.json, comm_quick.json with --quick)")

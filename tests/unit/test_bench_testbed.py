@@ -45,7 +45,8 @@ def case(P: int, d: int, name: str, seconds: list[float], entries: list[int], se
          compute: list[list[float]] | None = None) -> dict:
     rounds = [harness.Round(i, {name: s}, 0.0, False, 1, s) for i, s in enumerate(seconds)]
     series = harness.Series([name], rounds, 0.2, 0, 1)
-    steps = {"dense_allreduce": 2, "gtopk_allreduce": 4}[name]      # rank 0's operations + 1 (others: same length here)
+    steps = {"dense_allreduce": 2, "gtopk_allreduce": 4}.get(name, 64)  # rank 0's operations + 1 (others: same
+    # length here); the zoo's collectives: more than any rank's operations (run_threads reads what it needs)
     return {"P": P, "d": d, "k": max(int(d * 0.001), 1), "series": series.to_json(),
             "counted": {name: {"entries_by_rank": entries, "bytes_by_rank_measured": sent}},
             "slowest_s": {name: 1.1 * seconds[0]}, "skew_s": {name: 1e-5},
@@ -86,6 +87,125 @@ def test_gtopk_row_counts_both_trees():
     assert row["alphabeta_ms"] == pytest.approx(1e3 * 4 * (1e-4 + 8 * k * 8e-9))
     assert row["floor_ms"] == pytest.approx(1e3 * (16 * k / 125e6 + 4 * 1e-4))
     assert 0 < row["network_ms"] == row["modelled_ms"]
+
+
+def test_topkdsa_row_counts_the_doubling_rounds():
+    """TopkDSA at P = 4 (no fold): 2 rounds in which both partners send a 4-byte count, then their partial sum
+    (k, then 2 k entries with disjoint supports): alpha-beta 8 alpha + 2 (4 + 8k) beta + 2 (4 + 16k) beta."""
+    d, P, k = 2**20, 4, 1048
+    fit = fit_of(1e-4, 8e-9)
+    sent = [8 + 24 * k] * P
+    (row,) = testbed.rows_of(case(P, d, "topkdsa_allreduce", [0.004], [k] * P, sent), "1gbit", fit)
+    assert row["critical_messages"] == 8 and row["busiest_link_bytes"] == 8 + 24 * k
+    assert row["alphabeta_ms"] == pytest.approx(1e3 * (8 * 1e-4 + (2 * (4 + 8 * k) + 2 * (4 + 16 * k)) * 8e-9))
+    assert row["floor_ms"] == pytest.approx(1e3 * ((8 + 24 * k) / 125e6 + 8 * 1e-4))
+    assert row["ratio_to_floor"] == pytest.approx(0.004 / ((8 + 24 * k) / 125e6 + 8 * 1e-4))
+    assert 0 < row["network_ms"] == row["modelled_ms"]
+
+
+def test_oktopk_reuse_row_models_a_reuse_call_after_the_exact_one(monkeypatch):
+    """Ok-Topk's reuse call at P = 4: alpha-beta (P - 1)(4 alpha + (4 + 8 + 2 x 8k/P) beta), 4 (P - 1) messages; its
+    link model runs the exact call first (the same program as oktopk_allreduce's, without it: equal network time),
+    then the reuse call, which sends less."""
+    d, P, k = 2**20, 4, 1048
+    fit = fit_of(1e-4, 8e-9)
+    sent = [3 * (4 + 8 + 4 * k)] * P
+    (reuse,) = testbed.rows_of(case(P, d, "oktopk_reuse", [0.01], [k] * P, sent), "1gbit", fit)
+    (exact,) = testbed.rows_of(case(P, d, "oktopk_allreduce", [0.01], [k] * P, sent), "1gbit", fit)
+    assert reuse["critical_messages"] == 12
+    assert reuse["alphabeta_ms"] == pytest.approx(1e3 * 3 * (4 * 1e-4 + (12 + 4 * k) * 8e-9))
+    assert reuse["floor_ms"] == pytest.approx(1e3 * (3 * (12 + 4 * k) / 125e6 + 12 * 1e-4))
+    assert 0 < reuse["network_ms"] == reuse["modelled_ms"] < exact["network_ms"] == exact["modelled_ms"]
+    monkeypatch.setattr(testbed, "WARM_EXACT", {})
+    (first,) = testbed.rows_of(case(P, d, "oktopk_reuse", [0.01], [k] * P, sent), "1gbit", fit)
+    assert (first["modelled_ms"], first["network_ms"]) == pytest.approx((exact["modelled_ms"], exact["network_ms"]))
+
+
+def test_oktopk_exact_row_leaves_the_closed_forms_empty():
+    """An exact Ok-Topk call has no alpha-beta time or critical path in (P, k): those cells are empty (None, "-"
+    in the table), the link model is still there."""
+    d, P, k = 2**20, 2, 1048
+    (row,) = testbed.rows_of(case(P, d, "oktopk_allreduce", [0.01, 0.012], [k] * P, [10_000, 9_000]), "1gbit",
+                             fit_of(1e-4, 8e-9))
+    assert [row[c] for c in ("alphabeta_ms", "alphabeta_error", "floor_ms", "ratio_to_floor", "critical_messages")] \
+        == [None] * 5
+    assert row["model_error"] == pytest.approx(row["modelled_ms"] / 11.0 - 1) and row["network_ms"] > 0
+    (line,) = testbed.table([row])[2:]
+    assert line.endswith("| - | - | - |") and "Ok-Topk, exact call" in line
+
+
+def test_zoo_items_and_bad_item_names(capsys):
+    assert testbed.check_items(list(testbed.ZOO_ITEMS)) is None and testbed.check_items(list(testbed.ITEMS)) is None
+    assert testbed.parser().parse_args(["--zoo"]).zoo
+    assert testbed.main(["--items", "dense_allreduce", "oktopk"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --items oktopk: unknown; choose from dense_allreduce, ")
+    assert testbed.main(["--items", "oktopk_reuse", "oktopk_reuse"]) == 2
+    assert capsys.readouterr().err == "error: --items oktopk_reuse oktopk_reuse: each collective at most once\n"
+    with pytest.raises(SystemExit):
+        testbed.parser().parse_args(["--zoo", "--items", "dense_allreduce"])
+    stem = lambda items: testbed.results_stem(testbed.comm.RESULTS, "1gbit", items, False).name
+    assert (stem(testbed.ITEMS), stem(testbed.ZOO_ITEMS), stem(["oktopk_reuse"])) == \
+        ("testbed_1gbit", "testbed_1gbit_zoo", "testbed_1gbit_items")
+
+
+def test_oktopk_sizes_by_hand():
+    """Regions [0, 10), [10, 10) (empty), [10, 20); rank 0 holds 1, 5, 12: 12 lies outside its region."""
+    comm = testbed.comm
+    bounds, every = [0, 10, 10, 20], [[1, 5, 12], [5, 15, 19], [2]]
+    # the union by region: 1 2 5 | - | 12 15 19, at most k = 2 kept from each
+    assert comm.oktopk_sizes(0, bounds, every[0], every, [], 2, exact=True) == (1, [2, 0, 2])
+    assert comm.oktopk_sizes(2, bounds, every[2], every, [5, 12, 19], 2, exact=False) == (1, [1, 0, 2])
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+def test_oktopk_sizes_give_the_counted_bytes_of_exact_and_reuse_calls(P):
+    """The worker's modelled bytes (`oktopk_sizes` into `cost.oktopk_sent`) equal the ops' counts, for the exact
+    call and the reuse calls after it, on bench/comm.py's own payloads."""
+    from ssgd.comm.executors.thread import run_threads
+    from ssgd.perf import cost
+
+    comm = testbed.comm
+    given = [comm.payloads(50_000, r, comm.DENSITY)["oktopk_reuse"] for r in range(P)]
+    coll = comm.zoo_collective("oktopk_reuse")
+    every = [g.idx.numpy() for g in given]
+    for call in range(3):
+        results, logs = run_threads(coll, given)
+        bounds = coll.state_dict(0)["bounds"]
+        for r, log in enumerate(logs):
+            sizes = comm.oktopk_sizes(r, bounds, every[r], every, results[r].total.idx.numpy(), len(given[0]),
+                                      exact=call == 0)
+            assert (log.stats.messages, log.stats.bytes) == \
+                cost.oktopk_sent(r, P, *sizes, exact=call == 0, regions=call == 0)
+
+
+def test_the_reuse_check_refuses_a_second_exact_call():
+    from ssgd.comm.collectives.oktopk import OkTopkAllreduce
+    from ssgd.comm.executors.thread import run_threads
+
+    comm = testbed.comm
+    given = [comm.payloads(20_000, r, comm.DENSITY)["oktopk_reuse"] for r in range(2)]
+    bench = object.__new__(comm.RankBench)
+    bench.rank = 0
+    for coll, calls, ok in ((comm.zoo_collective("oktopk_reuse"), 3, True), (OkTopkAllreduce(2, 10**9), 3, False),
+                            (comm.zoo_collective("oktopk_reuse"), 1, False)):
+        for _ in range(calls):
+            run_threads(coll, given)
+        bench.colls = {"oktopk_reuse": (coll, given[0])}
+        if ok:
+            bench.check_reuse()
+        else:
+            with pytest.raises(RuntimeError, match="not one exact call followed by reuse calls"):
+                bench.check_reuse()
+
+
+def test_mismatches_skip_collectives_without_a_closed_form():
+    counted = lambda measured, modelled: {"bytes_by_rank_measured": measured, "bytes_by_rank_modelled": modelled,
+                                          "messages_by_rank_measured": [1, 1], "messages_by_rank_modelled": [1, 1]}
+    c = {"P": 2, "d": 10, "counted": {"topkdsa_allreduce": counted([8, 9], [None, None]),
+                                      "oktopk_reuse": counted([8, 9], [8, 8]),
+                                      "gtopk_allreduce": counted([8, 8], [8, 8])}}
+    assert [name for _, name in testbed.comm.mismatches([c])] == ["oktopk_reuse"]
 
 
 def test_summary_counts_points_within_the_tolerance():
