@@ -8,8 +8,9 @@ runs of docs/zoo.md beside it, paper_figs/measured/zoo_*.csv; their rows togethe
     seconds of one call vs P, one line per scheme in its look of style.SERIES (filled markers: the `heavy`
     gradients, open: `normal`; dense has no distribution);
   * fig_zoo_bytes{,_col1,_col2}.{png,pdf} and .csv: one panel per d: bytes sent by the busiest rank vs P (the first network's rows:
-    the bytes do not depend on the network), with Ok-Topk's bound 6 k (P - 1) / P words and the lower bound
-    2 k (P - 1) / P words (4-byte words; our entries are 8 bytes, 2 words);
+    the bytes do not depend on the network; `volume` rows, counted on the threads executor without times, add the P
+    no simulation reached), with Ok-Topk's bound 6 k (P - 1) / P words and the lower bound 2 k (P - 1) / P words
+    (4-byte words; our entries are 8 bytes, 2 words);
   * zoo_winners.csv: per (network, dist, d, P), the fastest scheme and its seconds;
   * zoo_crossover.csv: per (network, dist, d), the P at which gTop-k and each Ok-Topk call change places.
 """
@@ -28,6 +29,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 CSV = ROOT / "paper_figs" / "measured" / "zoo.csv"
 EXTRA = "zoo_*.csv"        # further runs beside it (docs/zoo.md: larger P, d = 61M), read when present
+VOLUME = "volume"          # bench/zoo.py --networks volume: bytes and messages counted, no simulated time
 NUMERIC = ("d", "k", "P", "t_max_s", "t_min_s", "bytes_max", "bytes_mean", "messages_max", "messages_mean",
            "entries_mean", "bound_bytes", "lower_bound_bytes", "wall_s")
 ORDER = ("dense", "topk", "topkdsa", "gtopk", "oktopk", "oktopk_reuse")
@@ -149,10 +151,19 @@ def draw_time(rows: list[dict], out: Path) -> list[Path]:
     return style.save(draw, out, "fig_zoo_time", ["network", "dist", "d", "scheme", "P", "t_max_s"], table)
 
 
+def bytes_rows(rows: list[dict]) -> list[dict]:
+    """The sparse schemes' rows of the first simulated network, and the `volume` rows of every (d, scheme, dist, P)
+    it lacks: the bytes of one call do not depend on the network (tests/unit/test_simgrid_executor.py)."""
+    sims = sorted({r["network"] for r in rows} - {VOLUME})
+    first = [r for r in rows if sims and r["network"] == sims[0] and r["dist"] != "-"]
+    have = {(r["d"], r["scheme"], r["dist"], r["P"]) for r in first}
+    return first + [r for r in rows if r["network"] == VOLUME and r["dist"] != "-"
+                    and (r["d"], r["scheme"], r["dist"], r["P"]) not in have]
+
+
 def draw_bytes(rows: list[dict], out: Path) -> list[Path]:
     """fig_zoo_bytes (module docstring)."""
-    net = sorted({r["network"] for r in rows})[0]
-    sparse = [r for r in rows if r["network"] == net and r["dist"] != "-"]
+    sparse = bytes_rows(rows)
     ds = sorted({r["d"] for r in sparse})
     table: list[list] = []
 
@@ -207,11 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"error: --csv {' '.join(map(str, args.csv))}: no rows", file=sys.stderr)
         return 2
-    paths = draw_time(rows, args.out) + draw_bytes(rows, args.out)
+    timed = [r for r in rows if r["network"] != VOLUME]
+    if not timed:
+        print(f"error: --csv {' '.join(map(str, args.csv))}: only '{VOLUME}' rows, no simulated times",
+              file=sys.stderr)
+        return 2
+    paths = draw_time(timed, args.out) + draw_bytes(rows, args.out)
     write_csv(args.out / "zoo_winners.csv",
-              ["network", "dist", "d", "P", "winner", "t_s", "runner_up", "runner_up_t_s"], winners(rows))
+              ["network", "dist", "d", "P", "winner", "t_s", "runner_up", "runner_up_t_s"], winners(timed))
     write_csv(args.out / "zoo_crossover.csv", ["network", "dist", "d", "challenger", "faster_at_P", "crossover_P"],
-              crossovers(rows) + crossovers(rows, "oktopk"))
+              crossovers(timed) + crossovers(timed, "oktopk"))
     print("\n".join(str(p) for p in paths), f"{args.out / 'zoo_winners.csv'}", f"{args.out / 'zoo_crossover.csv'}",
           sep="\n")
     return 0

@@ -159,3 +159,33 @@ def test_a_fresh_instance_keeps_the_periods_but_not_the_state():
     other = used.fresh()
     assert other is not used and (other.tau, other.tau_prime) == (4, 8)
     assert used.state_dict(0)["calls"] == 1 and other.state_dict(0)["calls"] == 0
+
+
+def _moves_by_position(counts: list[int]) -> list[tuple[int, int, int, int]]:
+    """The oracle of `cost.balance_moves`: every position's source and target, runs of equal pairs joined."""
+    P, K = len(counts), sum(counts)
+    source = [r for r, n in enumerate(counts) for _ in range(n)]
+    offset = [i - sum(counts[:source[i]]) for i in range(K)]
+    target = [next(j for j in range(P) if j * K // P <= i < (j + 1) * K // P) for i in range(K)]
+    runs: list[list[int]] = []
+    for i in range(K):
+        if source[i] == target[i]:
+            continue
+        if runs and runs[-1][:2] == [source[i], target[i]] and runs[-1][3] == offset[i]:
+            runs[-1][3] += 1
+        else:
+            runs.append([source[i], target[i], offset[i], offset[i] + 1])
+    return sorted(tuple(r) for r in runs)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_balance_moves_send_every_position_to_its_balanced_owner(seed):
+    """Random counts, zeros and K < P included: the pieces are exactly the runs of positions whose owner changes,
+    in source-then-target order."""
+    from ssgd.perf import cost
+
+    rng = np.random.default_rng(seed)
+    P = int(rng.integers(1, 14))
+    counts = [int(c) * int(rng.random() > 0.2) for c in rng.integers(0, 3 if seed % 4 == 0 else 30, size=P)]
+    got = cost.balance_moves(counts)
+    assert got == sorted(got) == _moves_by_position(counts)

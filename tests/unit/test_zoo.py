@@ -199,6 +199,36 @@ def test_fig_zoo_reads_several_csvs_together(tmp_path):
     assert "1GbE,heavy,1000,16,gtopk" in winners and "1GbE,heavy,1000,8,gtopk" in winners
 
 
+@pytest.mark.slow       # a figure script (make test-fast leaves them to make test)
+def test_fig_zoo_takes_counted_volume_rows_into_the_bytes_only(tmp_path):
+    """`--networks volume` rows (bytes counted, times NaN) add the P no simulation reached to fig_zoo_bytes; a P the
+    simulation has keeps the simulated network's row; the times, winners and crossovers never see them."""
+    _tiny_csv(tmp_path / "a.csv")
+    rows = zoo.read_csv(tmp_path / "a.csv")
+    volume = [r | {"network": "volume", "t_max_s": "nan", "t_min_s": "nan", "bytes_max": "1"} for r in rows
+              if r["network"] == "1GbE" and r["P"] == "8" and r["dist"] != "-"]
+    zoo.write_csv(tmp_path / "b.csv", volume + [r | {"P": "1024"} for r in volume])
+    assert fig.main(["--csv", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out", str(tmp_path / "out")]) == 0
+    drawn = [line.split(",") for line in (tmp_path / "out" / "fig_zoo_bytes.csv").read_text().splitlines()[1:]]
+    at_1024 = [float(c[4]) for c in drawn if c[3] == "1024" and c[0] != "bound"]
+    at_8 = [float(c[4]) for c in drawn if c[3] == "8" and c[2] == "gtopk"]
+    assert len(at_1024) == 4 and set(at_1024) == {1.0}
+    assert at_8 == [800.0]                       # the simulated network's row, not the volume one
+    for name in ("fig_zoo_time.csv", "zoo_winners.csv", "zoo_crossover.csv"):
+        text = (tmp_path / "out" / name).read_text()
+        assert "volume" not in text and ",1024," not in text
+    assert fig.main(["--csv", str(tmp_path / "b.csv"), "--out", str(tmp_path / "out2")]) == 2
+
+
+def test_every_committed_zoo_csv_is_one_fig_zoo_reads():
+    """make fig-zoo reads paper_figs/measured/zoo.csv and every zoo_*.csv beside it: each must have its columns (other
+    measurements, such as the testbed's, are named otherwise)."""
+    files = [fig.CSV, *sorted(fig.CSV.parent.glob(fig.EXTRA))]
+    assert len(files) > 1
+    for path in files:
+        assert fig.load(path), path
+
+
 def test_fig_zoo_without_its_csv_is_a_one_line_error(tmp_path, capsys):
     assert fig.main(["--csv", str(tmp_path / "none.csv"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()

@@ -176,15 +176,23 @@ def paper_topk_seconds(net: AlphaBeta, P: int, k: int) -> float:
 # --- Ok-Topk (Li and Hoefler, PPoPP 2022; ssgd.comm.collectives.oktopk) -------------------------------------
 def balance_moves(counts: Sequence[int]) -> list[tuple[int, int, int, int]]:
     """(source, target, first, last) for every piece that moves: positions [first, last) of source's entries go to
-    target, so that target j ends with positions [j K / P, (j + 1) K / P) of the K = sum(counts) in rank order."""
+    target, so that target j ends with positions [j K / P, (j + 1) K / P) of the K = sum(counts) in rank order.
+    In increasing source, then target order; O(P + pieces): the targets a source's positions reach are
+    consecutive, and the first of them never decreases from one source to the next."""
     P, K = len(counts), sum(counts)
-    moves, start = [], 0
+    bound = [j * K // P for j in range(P + 1)]
+    moves, start, first = [], 0, 0
     for src, n in enumerate(counts):
-        for dst in range(P):
-            lo, hi = max(start, dst * K // P), min(start + n, (dst + 1) * K // P)
+        end = start + n
+        while first < P - 1 and bound[first + 1] <= start:     # targets that end at or before start get none
+            first += 1
+        dst = first
+        while dst < P and bound[dst] < end:
+            lo, hi = max(start, bound[dst]), min(end, bound[dst + 1])
             if lo < hi and dst != src:
                 moves.append((src, dst, lo - start, hi - start))
-        start += n
+            dst += 1
+        start = end
     return moves
 
 
