@@ -24,6 +24,7 @@ eff_testbed points beside the model and the paper when the CSV is there.
 
     make testbed-up P=4 && make bench-testbed-replay        # 5 models x 3 schemes x P = 2, 4, 7 steps
     PYTHONPATH=src python bench/testbed_replay.py --profiles resnet20 resnet50 --P 4 --steps 10
+    PYTHONPATH=src python bench/testbed_replay.py --schemes oktopk topkdsa   # the zoo's other two (docs/zoo.md)
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ import testbed_comm as testbed  # noqa: E402
 import testbed_e2e as e2e  # noqa: E402
 
 PROFILES = ("resnet20", "vgg16", "alexnet", "resnet50", "lstm_ptb")
-SCHEMES = e2e.SCHEMES
+SCHEMES = e2e.SCHEMES                       # --schemes' choices: the zoo's five
+PAPER_SCHEMES = ("dense", "topk", "gtopk")   # the default: the paper's three curves (docs/zoo.md runs the other two)
 TIMES = ("compute", "compress", "comm", "update", "step")
 SPLIT = ("comm_min", "comm_max")   # the least / most any rank spent in the collective: its own cost / with the wait
 
@@ -79,9 +81,11 @@ def efficiencies(profile: Any, scheme: str, P: int, measured: dict[str, float], 
 
 
 def paper_point(profile: str, scheme: str, P: int) -> float | None:
-    from ssgd.perf.paper import P_SCALING, paper_model
+    """The gTop-k paper's scaling efficiency of `scheme` at P; None where it has none (another P, or a scheme after
+    the paper: Ok-Topk, TopkDSA)."""
+    from ssgd.perf.paper import P_SCALING, SCALING_SCHEMES, paper_model
 
-    if P not in P_SCALING:
+    if P not in P_SCALING or scheme not in SCALING_SCHEMES:
         return None
     return float(list(paper_model(profile).efficiency(scheme))[list(P_SCALING).index(P)])
 
@@ -89,7 +93,7 @@ def paper_point(profile: str, scheme: str, P: int) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
-    ap.add_argument("--schemes", nargs="+", choices=SCHEMES, default=list(SCHEMES))
+    ap.add_argument("--schemes", nargs="+", choices=SCHEMES, default=list(PAPER_SCHEMES))
     ap.add_argument("--P", type=int, nargs="+", help="hosts per run (default 2 and the testbed's P)")
     ap.add_argument("--steps", type=int, default=7, help="trainer.max_steps per run (default 7)")
     ap.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians (default 2)")

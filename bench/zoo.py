@@ -34,6 +34,7 @@ import csv
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -270,7 +271,13 @@ def run_all(args: argparse.Namespace, cases: Sequence[Case]) -> int:
         procs = {net: subprocess.Popen([sys.executable, __file__, "--worker", net, "--cache", tmp,
                                         "--out", str(part), *grid_args(args)], env=env)
                  for net, part in parts.items()}
-        codes = [p.wait() for p in procs.values()]
+        try:
+            codes = [p.wait() for p in procs.values()]
+        finally:                                    # stopped (SIGTERM, Ctrl-C): no worker outlives the driver
+            for p in procs.values():
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait()
         if any(codes):
             return next(c for c in codes if c)
         rows = [r for part in parts.values() for r in read_csv(part)]
@@ -315,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.worker:
         return run_network(args.worker, cases, args.cache, args.out)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # unwinds run_all, which stops the workers
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     log(f"{len(cases)} cases x {len(args.networks)} networks (load average {load0:.1f})")
     code = run_all(args, cases)

@@ -124,6 +124,7 @@ def test_efficiencies_swap_the_models_comm_for_the_measured_one():
 
 def test_paper_points_only_at_the_papers_P():
     assert bench.paper_point("resnet20", "gtopk", 2) is None
+    assert bench.paper_point("resnet20", "oktopk", 4) is None and bench.paper_point("vgg16", "topkdsa", 8) is None
     assert bench.paper_point("resnet20", "gtopk", 4) == pytest.approx(0.995, abs=5e-4)
 
 

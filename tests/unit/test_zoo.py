@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +253,44 @@ def test_cli_writes_one_row_per_case_and_network_and_its_copy(tmp_path):
     cases = zoo.plan([2, 3], [4000], list(zoo.DISTS), list(zoo.registry()))
     assert len(rows) == 2 * len(cases) and {r["network"] for r in rows} == set(zoo.NETWORKS)
     assert copy.read_text() == out.read_text() and "[bench-zoo] done in" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_stopped_driver_leaves_no_worker(tmp_path):
+    """SIGTERM to `bench/zoo.py` (the driver) stops its per-network worker too, and the driver exits 143."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.procs import alive
+
+    def children(pid: int) -> list[int]:
+        kids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid and alive(int(stat.parent.name)):
+                    kids.append(int(stat.parent.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        return kids
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    driver = subprocess.Popen([sys.executable, str(ROOT / "bench" / "zoo.py"), "--networks", "volume", "--P", "1024",
+                               "--d", "100000", "--dists", "heavy", "--schemes", "oktopk",
+                               "--out", str(tmp_path / "out.csv")], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (workers := children(driver.pid)):        # a 1,024-rank Ok-Topk call: minutes of work
+        assert driver.poll() is None and time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGTERM)
+    try:
+        assert driver.wait(timeout=60) == 143
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(p) for p in workers)
+    finally:                                            # a failing case leaves nothing running either
+        for p in workers:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
