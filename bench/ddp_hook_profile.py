@@ -20,7 +20,10 @@ by wrapping the hook's own functions (the same code runs; the wrappers add two c
   settle         e = u - what counted as sent (`RankCompression.settle`);
   decode         the sparse average written into DDP's bucket (`Sparse.to_dense`);
 and per model fwd / bwd / opt, the medians of the three parts of the step (bwd includes DDP's wait for the hook's
-futures), with the 1-minute load average at the end.
+futures), with the 1-minute load average at the end. Per model and round rank 0 also prints the CPU each of its
+threads used per step (`cpu ms per step`, from /proc/self/task/*/schedstat over the whole round): `main` (forward,
+backward, the optimizer), `comm` (the hook's communication thread), `gloo` (gloo's own threads) and `other`.
+CPU time does not count waiting, so it stays meaningful on a busy machine where the step times do not.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import argparse
 import collections
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -78,6 +82,30 @@ def instrument(buckets_per_step: int) -> None:
         return call(self, bucket)
 
     hook_module.SparseHook._reduce, hook_module.SparseHook.__call__ = reduce_timed, call_timed
+
+
+def thread_cpu_ns() -> dict[int, tuple[str, int]]:
+    """This process's threads: native id -> (name, nanoseconds on a CPU so far), from /proc/self/task."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            out[int(task.name)] = ((task / "comm").read_text().strip(), int((task / "schedstat").read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue                                  # a thread that ended meanwhile
+    return out
+
+
+def cpu_per_step(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]], steps: int, main: int,
+                 comm: set[int]) -> dict[str, float]:
+    """Milliseconds of CPU per step between two `thread_cpu_ns` snapshots, by kind of thread: `main` (native id
+    `main`), `comm` (ids in `comm`), `gloo` (threads whose name starts with gloo or pt_gloo), `other`. A thread that
+    started in between counts from zero; one that ended in between is not seen (its CPU is lost, not misassigned)."""
+    spent = {"main": 0.0, "comm": 0.0, "gloo": 0.0, "other": 0.0}
+    for tid, (name, ns) in after.items():
+        kind = ("main" if tid == main else "comm" if tid in comm
+                else "gloo" if name.startswith(("gloo", "pt_gloo")) else "other")
+        spent[kind] += (ns - before.get(tid, (name, 0))[1]) / 1e6 / steps
+    return spent
 
 
 def noop(state, bucket):            # unannotated: DDP compares the annotations, and this module's are strings
@@ -175,11 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         base: dict[str, float] = {}
         for name, m in models.items():
             SPENT.clear()
+            before = thread_cpu_ns()
             rows = one_round(m, data.x_train, data.y_train, gen, args.steps)
+            comm = {t.native_id for t in threading.enumerate() if t.name == "ssgd-ddp-comm"}
+            cpu = cpu_per_step(before, thread_cpu_ns(), args.steps, threading.main_thread().native_id, comm)
             family = "fsdp" if name.startswith("fsdp") else "allreduce"
             if dist.get_rank() == 0:
                 t = report(name, r, rows, args.steps, base.get(family))
                 base[family] = t if name == family else base.get(family)
+                print(f"round {r} {name}: cpu ms per step: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()),
+                      flush=True)
     if dist.get_rank() == 0:
         print("load average (1, 5, 15 min):", " ".join(Path("/proc/loadavg").read_text().split()[:3]), flush=True)
     for m in models.values():
