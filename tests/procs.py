@@ -24,3 +24,15 @@ def processes_with(text: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def children_of(pid: int) -> list[int]:
+    """Running processes (zombies excluded) whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid and alive(int(stat.parent.name)):
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found

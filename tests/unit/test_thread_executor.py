@@ -31,7 +31,7 @@ NETS = {"alpha-beta": AlphaBeta(1e-4, 1e-9),          # order-free clocks
 
 class ScanLockstep(thread._Lockstep):
     """The oracle: each pass looks at every rank 0 .. P-1 in turn and completes its Send when the matching Recv
-    is posted at that moment."""
+    is posted at that moment (the order under test; how one message is carried out, `complete`, is shared)."""
 
     def point_to_point(self) -> bool:
         progressed = False
@@ -41,11 +41,7 @@ class ScanLockstep(thread._Lockstep):
                 continue
             peer = self.pending[op.dest]
             if isinstance(peer, Recv) and peer.source == r and peer.tag == op.tag:
-                peer.buf.copy_(op.buf)
-                self.logs[r].stats.add(op.sent())
-                op.simulate(self.sim, r)
-                self.resume(r)
-                self.resume(op.dest)
+                self.complete(r)
                 progressed = True
         return progressed
 

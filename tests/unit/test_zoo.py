@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -263,24 +262,14 @@ def test_a_stopped_driver_leaves_no_worker(tmp_path):
     import subprocess
     import time
 
-    from tests.procs import alive
-
-    def children(pid: int) -> list[int]:
-        kids = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid and alive(int(stat.parent.name)):
-                    kids.append(int(stat.parent.name))
-            except (OSError, ValueError, IndexError):
-                continue
-        return kids
+    from tests.procs import alive, children_of
 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     driver = subprocess.Popen([sys.executable, str(ROOT / "bench" / "zoo.py"), "--networks", "volume", "--P", "1024",
                                "--d", "100000", "--dists", "heavy", "--schemes", "oktopk",
                                "--out", str(tmp_path / "out.csv")], env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not (workers := children(driver.pid)):        # a 1,024-rank Ok-Topk call: minutes of work
+    while not (workers := children_of(driver.pid)):        # a 1,024-rank Ok-Topk call: minutes of work
         assert driver.poll() is None and time.monotonic() < deadline, "the worker never started"
         time.sleep(0.2)
     driver.send_signal(signal.SIGTERM)

@@ -136,19 +136,24 @@ class _Lockstep:
             if r <= self.position or not self.matched(r):
                 continue
             self.position = r
-            op = self.pending[r]
-            peer = self.pending[op.dest]
-            if peer.buf.shape != op.buf.shape or peer.buf.dtype != op.buf.dtype:
-                raise CollectiveDeadlock(f"rank {r} sends {tuple(op.buf.shape)} {op.buf.dtype} but rank "
-                                         f"{op.dest} receives {tuple(peer.buf.shape)} {peer.buf.dtype}")
-            peer.buf.copy_(op.buf)
-            self.logs[r].stats.add(op.sent())
-            op.simulate(self.sim, r)
-            self.resume(r)
-            self.resume(op.dest)
+            self.complete(r)
             progressed = True
         self.position = self.P
         return progressed
+
+    def complete(self, r: int) -> None:
+        """Carry out rank r's matched Send: copy into the Recv's buffer, count and simulate it, resume both ranks.
+        `CollectiveDeadlock` when the two buffers differ in shape or dtype."""
+        op = self.pending[r]
+        peer = self.pending[op.dest]
+        if peer.buf.shape != op.buf.shape or peer.buf.dtype != op.buf.dtype:
+            raise CollectiveDeadlock(f"rank {r} sends {tuple(op.buf.shape)} {op.buf.dtype} but rank "
+                                     f"{op.dest} receives {tuple(peer.buf.shape)} {peer.buf.dtype}")
+        peer.buf.copy_(op.buf)
+        self.logs[r].stats.add(op.sent())
+        op.simulate(self.sim, r)
+        self.resume(r)
+        self.resume(op.dest)
 
     def collective(self) -> bool:
         """Complete the collective op every rank has posted; False when some rank has not posted one."""
