@@ -68,6 +68,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+import ssgd.native as native
 from ssgd.comm.executors.torch_dist import TorchExecutor, run_torch
 from ssgd.config import check_density, compressor_config
 from ssgd.loop.sync import RankCompression, Scheme
@@ -94,22 +95,54 @@ class _Bucket:
     key: tuple[int, ...]
     offsets: dict[int, int]   # parameter position -> offset in this bucket's flat vector
     compression: RankCompression
+    layout: tuple | None = None                 # DDP's layout of this bucket when last seen, and its map
+    shifts: tuple[Tensor, Tensor] | None = None
 
-    def in_buffer(self, idx: Tensor, positions: list[int], grads: list[Tensor], buf: Tensor) -> Tensor | None:
-        """Where the entries at `idx` (positions in this bucket's flat vector, in model order) lie in DDP's
-        bucket buffer `buf`, whose gradients `grads` (of the parameters at model `positions`, in DDP's order)
-        are views of it; None when one of them is not such a view (then the caller copies part by part)."""
+    def shifts_for(self, positions: list[int], grads: list[Tensor], buf: Tensor) -> tuple[Tensor, Tensor] | None:
+        """(int64 model-order start of each parameter, increasing; int64 shift from there to its offset in DDP's
+        bucket buffer `buf`), where `grads` (of the parameters at model `positions`, in DDP's order) are views of
+        `buf`; None when one of them is not a contiguous view inside it. Kept while DDP's layout stays the same
+        (from step to step, until DDP rebuilds its buckets)."""
+        base, size = buf.data_ptr(), buf.element_size()
+        layout = (buf.numel(), tuple((pos, (grad.data_ptr() - base) // size, grad.numel(), grad.is_contiguous())
+                                     for pos, grad in zip(positions, grads)))
+        if layout != self.layout:
+            self.layout, self.shifts = layout, self._shifts(layout, buf.device)
+        return self.shifts
+
+    def _shifts(self, layout: tuple, device: torch.device) -> tuple[Tensor, Tensor] | None:
+        numel, parts = layout
         starts, shifts = [], []
-        base = buf.data_ptr()
-        for pos, grad in sorted(zip(positions, grads), key=lambda pair: pair[0]):
-            offset = (grad.data_ptr() - base) // buf.element_size()
-            if not grad.is_contiguous() or not 0 <= offset <= buf.numel() - grad.numel():
+        for pos, offset, n, contiguous in sorted(parts):
+            if not contiguous or not 0 <= offset <= numel - n:
                 return None
             starts.append(self.offsets[pos])
             shifts.append(offset - self.offsets[pos])
-        first = torch.tensor(starts, dtype=idx.dtype, device=idx.device)
+        return (torch.tensor(starts, dtype=torch.int64, device=device),
+                torch.tensor(shifts, dtype=torch.int64, device=device))
+
+    def in_buffer(self, idx: Tensor, positions: list[int], grads: list[Tensor], buf: Tensor) -> Tensor | None:
+        """Where the entries at int64 `idx` (positions in this bucket's flat vector, in model order) lie in DDP's
+        bucket buffer `buf` (`shifts_for`); None when a gradient is not a view of it (then the caller copies
+        part by part)."""
+        found = self.shifts_for(positions, grads, buf)
+        if found is None:
+            return None
+        first, shift = found
         part = torch.searchsorted(first, idx, right=True).sub_(1)
-        return idx + torch.tensor(shifts, dtype=idx.dtype, device=idx.device).index_select(0, part)
+        return idx + shift.index_select(0, part)
+
+    def decode_into(self, total: Sparse, P: int, positions: list[int], grads: list[Tensor], buf: Tensor) -> bool:
+        """float32 `buf` = total / P in DDP's layout (each entry moved as `in_buffer` moves it), by the C kernel
+        (`ssgd.native.scatter_segments`) or else torch operations: the same bits. False, with `buf` untouched,
+        when a gradient is not a view of `buf` (then the caller copies part by part)."""
+        found = self.shifts_for(positions, grads, buf)
+        if found is None:
+            return False
+        if not native.scatter_segments(buf, total.idx, total.val, P, *found):
+            at = self.in_buffer(total.idx, positions, grads, buf)
+            Sparse(at, total.val, total.numel).to_dense(scale=P, out=buf)
+        return True
 
 
 @dataclass
@@ -228,10 +261,8 @@ class SparseHook:
             reduced.average(out=buf)        # written in place: no d-sized temporary (the same bits as a copy)
         elif in_order:
             buf.copy_(reduced.average())
-        elif (buf.dtype == torch.float32 and isinstance(total, Sparse)
-              and (at := state.in_buffer(total.idx, positions, grads, buf)) is not None):
-            Sparse(at, total.val, total.numel).to_dense(scale=reduced.P, out=buf)   # straight to DDP's layout
-        else:
+        elif not (buf.dtype == torch.float32 and isinstance(total, Sparse)      # straight to DDP's layout
+                  and state.decode_into(total, reduced.P, positions, grads, buf)):
             average = reduced.average()
             for i in order:
                 start = state.offsets[positions[i]]

@@ -197,6 +197,17 @@ def test_a_sparse_average_goes_straight_to_ddps_layout():
         got = Sparse(at, total.val[order], 9).to_dense(scale=3, out=buf.clone())
         assert torch.equal(got, want), (got, want)
     assert bucket.in_buffer(total.idx, positions, [grads[0], torch.zeros(3), grads[2]], buf) is None
+    for kernel in (True, False):                              # decode_into: the C kernel, then torch
+        out = buf.clone()
+        views = list(out.split([sizes[p] for p in positions]))
+        with pytest.MonkeyPatch.context() as patch:
+            if not kernel:
+                patch.setattr("ssgd.native.scatter_segments", lambda *a, **kw: False)
+            assert bucket.decode_into(total, 3, positions, views, out)
+        assert torch.equal(out, want), (kernel, out, want)
+    out = buf.clone()
+    assert not bucket.decode_into(total, 3, positions, [grads[0], torch.zeros(3), grads[2]], out)
+    assert torch.equal(out, buf)
 
 
 EXIT_SCRIPT = """

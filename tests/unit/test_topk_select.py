@@ -54,13 +54,36 @@ def test_the_kernel_gives_the_unique_top_k_set_and_declines_a_tie(d, density, di
     assert torch.equal(idx, torch.topk(u.abs(), k, sorted=False).indices.sort().values)
 
 
+@needs_native
+@pytest.mark.parametrize("d, density", CASES)
+@pytest.mark.parametrize("dist", DISTS)
+def test_on_a_tie_the_kernel_gives_the_candidates_the_torch_visit_finds(d, density, dist):
+    """The oracle is `BlockPeaks.visit` in torch at t = the k-th largest peak: the same positions, in the same
+    order, so torch.topk breaks a tie among the same input either way."""
+    u, k = vector(d, dist, seed=3 * d + int(1e6 * density)), k_of(d, density)
+    block = topk_block(u, k)
+    peaks = BlockPeaks(u, block)
+    found = native.topk_or_candidates(u, peaks.peak, block, k)
+    assert found is not None
+    idx, cand = found
+    assert (idx is None) == tied_at_k(u, k) and (cand is None) == (idx is not None)
+    if cand is None:
+        assert torch.equal(idx, native.topk_blocks(u, peaks.peak, block, k))
+        return
+    t = torch.topk(peaks.peak, k, sorted=False).values.min()
+    pos, mags = peaks.visit(torch.nonzero(peaks.peak >= t).view(-1), lambda a: a >= t)
+    assert cand.dtype == torch.int64 and torch.equal(cand, pos)
+    assert torch.equal(u.index_select(0, cand).abs(), mags)
+
+
 @pytest.mark.parametrize("d, density", CASES)
 @pytest.mark.parametrize("dist", DISTS)
 def test_select_topk_is_the_same_bits_with_and_without_the_kernel(monkeypatch, d, dist, density):
-    """The kernel changes no selection: ties included (there the torch path runs in both)."""
+    """The kernel changes no selection: ties included (there torch.topk picks among the kernel's candidates,
+    or, without the kernel, among the entries the torch visit finds)."""
     u, k = vector(d, dist, seed=7 * d + int(1e6 * density)), k_of(d, density)
     fast = select_topk(u, k)
-    monkeypatch.setattr(sparse.native, "topk_blocks", lambda *a, **kw: None)
+    monkeypatch.setattr(sparse.native, "topk_or_candidates", lambda *a, **kw: None)
     slow = select_topk(u, k)
     assert torch.equal(fast.idx, slow.idx) and torch.equal(fast.val, slow.val)
     assert torch.equal(fast.val, u[fast.idx])

@@ -24,10 +24,11 @@ def select_topk(u: Tensor, k: int, peaks: "BlockPeaks | None" = None) -> Sparse:
     threshold passes): t = the k-th largest of the d / B block maxima of |u| is a lower bound of the k-th
     largest |u_j| (each of the k blocks with a peak >= t holds an entry >= t), so every Top-k entry lies in a
     block whose peak is >= t. Only those blocks are visited and their entries >= t kept (about 1.0-1.2 k).
-    The C kernel (`ssgd.native.topk_blocks`) does that and a radix selection among them; when more
-    entries share the k-th magnitude than the set can take (a tie), or without the kernel, torch.topk picks
-    the k largest of the kept entries (the visit in torch operations). Either way: the same set as
-    torch.topk over all d entries (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
+    The C kernel (`ssgd.native.topk_or_candidates`) does that and a radix selection among them; when more
+    entries share the k-th magnitude than the set can take (a tie), torch.topk picks the k largest of the
+    kernel's candidates, and without the kernel, of the same entries found in torch operations (`visit`).
+    Either way: the magnitudes torch.topk over all d entries picks, and its set where the k-th magnitude is
+    not tied (docs/hot-path.md). Elsewhere (small d, high density, a NaN in u, a
     GPU): torch.topk over all d. `peaks`: u's `BlockPeaks`, if known (used when its block is `topk_block`'s)."""
     block = topk_block(u, k)
     if block is None:
@@ -36,11 +37,15 @@ def select_topk(u: Tensor, k: int, peaks: "BlockPeaks | None" = None) -> Sparse:
         peaks = BlockPeaks(u, block)
     if not peaks.nan_free or bool(peaks.tail.isnan().any()):    # torch.topk ranks NaN first: keep its choice
         return select_topk_full(u, k)
-    idx = native.topk_blocks(u, peaks.peak, block, k)
-    if idx is not None:                                          # the set is unique: torch.topk's too
-        return Sparse(idx, u.index_select(0, idx), u.numel())
-    t = torch.topk(peaks.peak, k, sorted=False).values.min()
-    pos, mags = peaks.visit(torch.nonzero(peaks.peak >= t).view(-1), lambda a: a >= t)
+    found = native.topk_or_candidates(u, peaks.peak, block, k)
+    if found is not None and found[0] is not None:               # the set is unique: torch.topk's too
+        return Sparse(found[0], u.index_select(0, found[0]), u.numel())
+    if found is not None:                                        # a tie: the kernel's candidates are the visit's
+        pos = found[1]
+        mags = u.index_select(0, pos).abs_()
+    else:
+        t = torch.topk(peaks.peak, k, sorted=False).values.min()
+        pos, mags = peaks.visit(torch.nonzero(peaks.peak >= t).view(-1), lambda a: a >= t)
     idx = pos.index_select(0, torch.topk(mags, k, sorted=False).indices).sort().values
     return Sparse(idx, u[idx], u.numel())
 

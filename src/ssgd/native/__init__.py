@@ -6,6 +6,9 @@
 - `block_peaks.c`: the largest |u_j| of every block of u and u's float64 sum and sum of squares, in one
   read of u (`block_peaks(u, block, sums)`; else `ssgd.compress.sparse.BlockPeaks` uses torch
   reductions: the same peaks, and statistics equal to ~1e-14 relative).
+- `scatter.c`: a sparse vector, divided by a scale, written into a zeroed buffer that holds its parts in
+  another order (`scatter_segments(out, idx, val, scale, starts, shifts)`: the DDP hook's decode into DDP's
+  bucket; else the hook's torch operations, with the same bits).
 - `topk_select.c`: the radix selection of the k-th largest magnitude (the merge's), and the Top-k
   positions of u from its block peaks (`topk_blocks(u, peak, block, k)`; else, and where a tie at
   the k-th magnitude leaves a choice, `ssgd.compress.sparse.select_topk` uses torch.topk: the same set).
@@ -36,7 +39,7 @@ from torch import Tensor
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "gtopk_merge.c"
-SOURCES = (SOURCE, HERE / "block_peaks.c", HERE / "topk_select.c")
+SOURCES = (SOURCE, HERE / "block_peaks.c", HERE / "topk_select.c", HERE / "scatter.c")
 PREFIX = "_ssgd_native-"
 STALE = ("_ssgd_native-*.so", "_gtopk_merge-*.so")   # libraries of other sources, under either name they had
 log = logging.getLogger(__name__)
@@ -109,9 +112,12 @@ def _library() -> ctypes.CDLL | None:
     fn = lib.ssgd_topk_threshold
     fn.restype = _i64
     fn.argtypes = [_ptr, _i64, _i64, _ptr, _ptr]
+    fn = lib.ssgd_scatter_segments
+    fn.restype = _i64
+    fn.argtypes = [_ptr, _ptr, _i64, ctypes.c_float, _ptr, _ptr, _i64, _ptr, _i64]
     fn = lib.ssgd_topk_blocks
     fn.restype = _i64
-    fn.argtypes = [_ptr, _i64, _i64, _ptr, ctypes.c_uint32, _i64, _ptr, _ptr, _ptr, _i64, _ptr]
+    fn.argtypes = [_ptr, _i64, _i64, _ptr, ctypes.c_uint32, _i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr]
     return lib
 
 
@@ -200,7 +206,19 @@ def topk_blocks(u: Tensor, peak: Tensor, block: int, k: int) -> Tensor | None:
     (topk_select.c), from `peak`, u's NaN-free block peaks (`block_peaks(u, block)`; 1 <= k <= numel //
     block). None when the kernel is unavailable or u is not a contiguous 1-D float32 CPU tensor, and when
     more entries of u share the k-th largest magnitude than the k largest take: the set then depends on a
-    tie rule, which the caller applies. ValueError on a peak of the wrong length or a k out of range."""
+    tie rule, which the caller applies (`topk_or_candidates` also gives the candidates for it). ValueError
+    on a peak of the wrong length or a k out of range."""
+    found = topk_or_candidates(u, peak, block, k)
+    return None if found is None else found[0]
+
+
+def topk_or_candidates(u: Tensor, peak: Tensor, block: int, k: int) -> tuple[Tensor | None, Tensor | None] | None:
+    """`topk_blocks` with what a tie leaves: (positions, None) when the Top-k set is unique, (None, candidates)
+    when a tie at the k-th magnitude leaves a choice, None when the kernel cannot run on u (as `topk_blocks`).
+    candidates: int64, the positions of u's entries of magnitude >= t (t = the k-th largest peak) in the blocks
+    whose peak is >= t, in increasing order, then those of the last numel mod block entries: every Top-k
+    entry is among them, and they are the entries `ssgd.compress.sparse.BlockPeaks.visit` keeps for t, in
+    its order (tests/unit/test_topk_select.py)."""
     lib = _library()
     if lib is None or not _float32_vector(u) or not _float32_vector(peak):
         return None
@@ -214,8 +232,32 @@ def topk_blocks(u: Tensor, peak: Tensor, block: int, k: int) -> Tensor | None:
     pos = torch.empty(cap, dtype=torch.int64)
     keys = torch.empty(2 * cap, dtype=torch.int32)          # the gathered keys, then the selection's work
     out = torch.empty(k, dtype=torch.int64)
+    gathered = _i64(0)
     got = lib.ssgd_topk_blocks(u.data_ptr(), u.numel(), block, peak.data_ptr(), thr, k, pos.data_ptr(),
-                               keys.data_ptr(), keys[cap:].data_ptr(), cap, out.data_ptr())
+                               keys.data_ptr(), keys[cap:].data_ptr(), cap, out.data_ptr(), ctypes.byref(gathered))
     if got < 0:
         raise RuntimeError(f"ssgd.native.topk_blocks: {cap} candidate slots did not hold the top {k}")
-    return out if got == k else None
+    return (out, None) if got == k else (None, pos[:gathered.value])
+
+
+def scatter_segments(out: Tensor, idx: Tensor, val: Tensor, scale: int, starts: Tensor, shifts: Tensor) -> bool:
+    """out = 0, then out[idx[j] + shifts[s]] = val[j] / scale for every entry j (IEEE float32 division; val[j]
+    itself when scale is 1), s the last segment with starts[s] <= idx[j]: the C kernel of scatter.c. `out`, `val`:
+    contiguous 1-D float32 CPU tensors; `idx`, `starts` (increasing, starts[0] = 0), `shifts`: contiguous 1-D
+    int64 CPU tensors. False (out untouched) when the kernel is unavailable or a tensor is not of that kind, so
+    the caller uses torch; ValueError when an index or its target falls outside `out` (the vector and `out`
+    have the same length; out is then partly written)."""
+    lib = _library()
+    if (lib is None or not _float32_vector(out) or not _float32_vector(val) or idx.numel() != val.numel()
+            or starts.numel() != shifts.numel() or starts.numel() == 0
+            or not all(_int64_vector(t) for t in (idx, starts, shifts))):
+        return False
+    if lib.ssgd_scatter_segments(idx.data_ptr(), val.data_ptr(), idx.numel(), float(scale), starts.data_ptr(),
+                                 shifts.data_ptr(), starts.numel(), out.data_ptr(), out.numel()) < 0:
+        raise ValueError(f"ssgd.native.scatter_segments: an index of {idx.numel()} falls outside the {out.numel()} "
+                         "entries of out")
+    return True
+
+
+def _int64_vector(t: Tensor) -> bool:
+    return t.dtype == torch.int64 and t.device.type == "cpu" and t.dim() == 1 and t.is_contiguous()

@@ -83,10 +83,11 @@ int64_t ssgd_topk_threshold(const float *peak, int64_t blocks, int64_t k, uint32
  * gathers the positions and keys of the entries >= thr of the blocks whose peak is >= thr and of the
  * last n mod block entries into pos[cap] and keys[cap] (work: cap more keys), selects the k-th largest
  * key T among them, and when exactly k of them are >= T writes those k positions in increasing order
- * to out[k] and returns k. Returns 0 when a tie at T leaves the set to a tie rule (out untouched), -1
+ * to out[k] and returns k. Returns 0 when a tie at T leaves the set to a tie rule (out untouched; the
+ * gathered positions, in increasing order, stay in pos[0 .. *gathered) for the caller's tie rule), -1
  * when cap is too small or fewer than k entries were gathered (the caller's bug). */
 int64_t ssgd_topk_blocks(const float *u, int64_t n, int64_t block, const float *peak, uint32_t thr, int64_t k,
-                         int64_t *pos, uint32_t *keys, uint32_t *work, int64_t cap, int64_t *out)
+                         int64_t *pos, uint32_t *keys, uint32_t *work, int64_t cap, int64_t *out, int64_t *gathered)
 {
     int64_t blocks = n / block, m = 0, take, equal = 0, j = 0;
     const uint32_t *peak_keys = (const uint32_t *)(const void *)peak;
@@ -109,6 +110,7 @@ int64_t ssgd_topk_blocks(const float *u, int64_t n, int64_t block, const float *
         keys[m] = key;
         m += key >= thr;
     }
+    *gathered = m;
     if (m < k) return -1;
     t = ssgd_kth_largest(keys, m, k, work, &take);
     for (int64_t p = 0; p < m; p++)

@@ -4,14 +4,18 @@ The same `Collective.program` as the in-process executor (`ssgd.comm.executors.t
 (`ssgd.comm.executors.mpi`), stepped by the same `ssgd.comm.driver.run_program`; only how each operation is
 carried out differs:
 
-  * `Send` / `Recv`: `dist.send` / `dist.recv` with the op's tag (NCCL has no tags: there, messages
-    between two ranks match in the order they are posted, which is all the programs here rely on).
+  * `Send` / `Recv`: the process group's own `send` / `recv` (what `dist.send` / `dist.recv` call, without
+    their Python argument handling and logging wrappers), with the op's tag (NCCL has no tags: there,
+    messages between two ranks match in the order they are posted, which is all the programs here rely on).
   * `Allgatherv`: a size exchange (`all_gather_single` of one int64 per rank), then one
     `all_gather_single` of the blocks padded to the largest size, because NCCL has no allgatherv.
     Bytes are counted as the allgatherv the cost model describes; the padding actually moved is
     (max size - own size) per rank: zero for the fixed-size schemes (Top-k, Random-k, DGC sampling),
     not for Gaussian-k's variable counts.
-  * `Bcast`: `dist.broadcast` from the group's rank 0.
+  * `Bcast`: on gloo, the binomial tree from rank 0 that the cost model counts (`ssgd.perf.cost.bcast_children`),
+    as tagged sends and receives on the calling thread. gloo's own broadcast runs on a worker thread of the
+    process group, and waking it and then the caller again cost the DDP hook about 0.5 ms of a 9 ms step at
+    P = 2 on two shared cores (docs/benchmarks.md). On NCCL, the group's `broadcast` from rank 0.
   * `Allreduce`: `dist.all_reduce(SUM)`. torch.distributed documents no summation order, and gloo's
     and NCCL's algorithms do not add in rank order, so dense results equal the rank-order sum of the
     threads backend only to rounding (tests/integration/test_torch_dist.py states the bound). Sparse
@@ -39,6 +43,9 @@ from ssgd.comm.driver import run_program
 from ssgd.comm.ops import Allgatherv, Allreduce, Bcast, Op, RankLog, Recv, Send
 from ssgd.comm.executors.staging import empty_on, from_comm, pooled, to_comm
 from ssgd.payload import Payload
+from ssgd.perf import cost
+
+TAG_BCAST = 1 << 20     # the tree broadcast's messages: above every collective program's tags
 
 
 def all_gather_single(output: torch.Tensor, input: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
@@ -63,6 +70,7 @@ class TorchExecutor:
 
     def __init__(self, group: dist.ProcessGroup | None = None, pool: dict | None = None) -> None:
         self.group = group
+        self.pg: dist.ProcessGroup = group if group is not None else dist.group.WORLD
         self.rank, self.P = dist.get_rank(group), dist.get_world_size(group)
         self.device = comm_device(group)
         self.tags = dist.get_backend(group) != "nccl"
@@ -79,14 +87,13 @@ class TorchExecutor:
         return handler(op, log)
 
     def _send(self, op: Send, log: RankLog) -> None:
-        dist.send(to_comm(op.buf, self.device, log), group=self.group, group_dst=op.dest,
-                  tag=op.tag if self.tags else 0)
+        self.pg.send([to_comm(op.buf, self.device, log)], op.dest, op.tag if self.tags else 0).wait()
         log.stats.add(op.sent())
 
     def _recv(self, op: Recv, log: RankLog) -> None:
         device = self.device
         buf = op.buf if op.buf.device == device and op.buf.is_contiguous() else empty_on(op.buf, device)
-        dist.recv(buf, group=self.group, group_src=op.source, tag=op.tag if self.tags else 0)
+        self.pg.recv([buf], op.source, op.tag if self.tags else 0).wait()
         if buf is not op.buf:
             op.buf.copy_(from_comm(buf, op.buf, log))
 
@@ -118,9 +125,22 @@ class TorchExecutor:
 
     def _bcast(self, op: Bcast, log: RankLog) -> torch.Tensor:
         buf = to_comm(op.buf, self.device, log) if self.rank == 0 else empty_on(op.buf, self.device)
-        dist.broadcast(buf, group=self.group, group_src=0)
+        if self.tags:
+            self._tree_bcast(buf)
+        else:
+            opts = dist.BroadcastOptions()
+            opts.rootRank = 0
+            self.pg.broadcast([buf], opts).wait()
         log.stats.add(op.sent(self.rank, self.P))
         return from_comm(buf, op.buf, log)
+
+    def _tree_bcast(self, buf: torch.Tensor) -> None:
+        """The binomial broadcast from rank 0 that `ssgd.perf.cost.bcast_children` describes, as tagged sends and
+        receives on this thread: rank r > 0 receives from r less its highest set bit, then forwards."""
+        if self.rank:
+            self.pg.recv([buf], self.rank - (1 << (self.rank.bit_length() - 1)), TAG_BCAST).wait()
+        for child in cost.bcast_children(self.rank, self.P):
+            self.pg.send([buf], child, TAG_BCAST).wait()
 
 
 def run_torch(collective: Collective, payload: Payload, group: dist.ProcessGroup | None = None,
