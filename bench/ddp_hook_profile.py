@@ -18,7 +18,7 @@ by wrapping the hook's own functions (the same code runs; the wrappers add two c
   collective_bN  the collective program on torch.distributed, bucket N (sends, receives, merges, waiting for
                  the peer);
   settle         e = u - what counted as sent (`RankCompression.settle`);
-  decode         the sparse average written into DDP's bucket (`Sparse.to_dense`);
+  decode         the sparse average written into DDP's bucket (`_Bucket.decode_into`);
 and per model fwd / bwd / opt, the medians of the three parts of the step (bwd includes DDP's wait for the hook's
 futures), with the 1-minute load average at the end. Per model and round rank 0 also prints the CPU each of its
 threads used per step (`cpu ms per step`, from /proc/self/task/*/schedstat over the whole round): `main` (forward,
@@ -44,7 +44,6 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))   # run from a checkout
 import ssgd.ddp as hook_module  # noqa: E402
 from ssgd.loop.sync import RankCompression  # noqa: E402
-from ssgd.payload import Sparse  # noqa: E402
 
 HOOKS = ("allreduce", "noop", "gtopk", "topk", "gtopk_blocking", "fsdp", "fsdp_topk")
 SPENT: dict[str, list[float]] = collections.defaultdict(list)   # part -> seconds, one entry per call
@@ -66,7 +65,7 @@ def instrument(buckets_per_step: int) -> None:
     """Wrap the hook's parts (module docstring); bucket N of a step is the call's number modulo buckets_per_step."""
     RankCompression.compress = timed("compress", RankCompression.compress)
     RankCompression.settle = timed("settle", RankCompression.settle)
-    Sparse.to_dense = timed("decode", Sparse.to_dense)
+    hook_module._Bucket.decode_into = timed("decode", hook_module._Bucket.decode_into)
     hook_module.run_torch = timed("collective", hook_module.run_torch)
     reduce, call, calls = hook_module.SparseHook._reduce, hook_module.SparseHook.__call__, [0]
 

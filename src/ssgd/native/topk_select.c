@@ -79,6 +79,77 @@ int64_t ssgd_topk_threshold(const float *peak, int64_t blocks, int64_t k, uint32
     return count;
 }
 
+/* The positions and keys of the entries >= thr of the blocks whose peak key is >= thr, in increasing
+ * position, into pos[] and keys[] (cap slots, block of them free for every block visited); returns how
+ * many, or -1 when cap runs out. */
+static int64_t gather_scalar(const float *u, int64_t blocks, int64_t block, const uint32_t *peak_keys,
+                             uint32_t thr, int64_t *pos, uint32_t *keys, int64_t cap)
+{
+    int64_t m = 0;
+    for (int64_t b = 0; b < blocks; b++) {
+        if (peak_keys[b] < thr) continue;
+        if (m + block > cap) return -1;
+        const float *p = u + b * block;
+        for (int64_t i = 0; i < block; i++) {     /* branch-free compaction: writes land at m */
+            uint32_t key = magnitude_key(p[i]);
+            pos[m] = b * block + i;
+            keys[m] = key;
+            m += key >= thr;
+        }
+    }
+    return m;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+
+/* gather_scalar for a block that is a multiple of 8, with AVX2 and no branch on the data: eight keys
+ * are compared at once, and those that pass are packed to the front (a permutation looked up by their
+ * mask bits, `lut`) and stored with their positions, eight slots written and popcount(mask) of them kept.
+ * The same entries in the same order as gather_scalar; positions are formed as int32 (n < 2^31). */
+__attribute__((target("avx2,popcnt")))
+static int64_t gather_avx2(const float *u, int64_t blocks, int64_t block, const uint32_t *peak_keys,
+                           uint32_t thr, int64_t *pos, uint32_t *keys, int64_t cap, const int32_t (*lut)[8])
+{
+    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+    const __m256i below = _mm256_set1_epi32((int32_t)thr - 1);      /* keys are >= 0: key >= thr iff key > thr - 1 */
+    int64_t m = 0;
+    for (int64_t b = 0; b < blocks; b++) {
+        if (peak_keys[b] < thr) continue;
+        if (m + block > cap) return -1;                  /* each group writes 8 slots from m: block in all */
+        for (int64_t g = b * block; g < (b + 1) * block; g += 8) {
+            __m256i key = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(u + g)), magnitude);
+            int hits = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, below)));
+            __m256i perm = _mm256_loadu_si256((const __m256i *)(const void *)lut[hits]);
+            __m256i at = _mm256_add_epi32(_mm256_set1_epi32((int32_t)g), perm);
+            _mm256_storeu_si256((__m256i *)(void *)(keys + m), _mm256_permutevar8x32_epi32(key, perm));
+            _mm256_storeu_si256((__m256i *)(void *)(pos + m), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(at)));
+            _mm256_storeu_si256((__m256i *)(void *)(pos + m + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(at, 1)));
+            m += __builtin_popcount((unsigned)hits);
+        }
+    }
+    return m;
+}
+
+static int64_t gather_blocks(const float *u, int64_t blocks, int64_t block, const uint32_t *peak_keys, uint32_t thr,
+                             int64_t *pos, uint32_t *keys, int64_t cap)
+{
+    if (block % 8 == 0 && blocks * block < ((int64_t)1 << 31) && __builtin_cpu_supports("avx2")) {
+        int32_t lut[256][8];                             /* lut[mask]: the set bits' lanes, lowest first */
+        for (int mask = 0; mask < 256; mask++) {
+            int n = 0;
+            for (int lane = 0; lane < 8; lane++)
+                if (mask >> lane & 1) lut[mask][n++] = lane;
+            while (n < 8) lut[mask][n++] = 0;
+        }
+        return gather_avx2(u, blocks, block, peak_keys, thr, pos, keys, cap, (const int32_t (*)[8])lut);
+    }
+    return gather_scalar(u, blocks, block, peak_keys, thr, pos, keys, cap);
+}
+#else
+#define gather_blocks gather_scalar
+#endif
+
 /* The Top-k positions of u[n] (block peaks peak[n / block], threshold thr from ssgd_topk_threshold):
  * gathers the positions and keys of the entries >= thr of the blocks whose peak is >= thr and of the
  * last n mod block entries into pos[cap] and keys[cap] (work: cap more keys), selects the k-th largest
@@ -92,17 +163,8 @@ int64_t ssgd_topk_blocks(const float *u, int64_t n, int64_t block, const float *
     int64_t blocks = n / block, m = 0, take, equal = 0, j = 0;
     const uint32_t *peak_keys = (const uint32_t *)(const void *)peak;
     uint32_t t;
-    for (int64_t b = 0; b < blocks; b++) {
-        if (peak_keys[b] < thr) continue;
-        if (m + block > cap) return -1;
-        const float *p = u + b * block;
-        for (int64_t i = 0; i < block; i++) {     /* branch-free compaction: writes land at m */
-            uint32_t key = magnitude_key(p[i]);
-            pos[m] = b * block + i;
-            keys[m] = key;
-            m += key >= thr;
-        }
-    }
+    m = gather_blocks(u, blocks, block, peak_keys, thr, pos, keys, cap);
+    if (m < 0) return -1;
     for (int64_t q = blocks * block; q < n; q++) {
         if (m >= cap) return -1;
         uint32_t key = magnitude_key(u[q]);
