@@ -70,7 +70,6 @@ class TorchExecutor:
 
     def __init__(self, group: dist.ProcessGroup | None = None, pool: dict | None = None) -> None:
         self.group = group
-        self.pg: dist.ProcessGroup = group if group is not None else dist.group.WORLD
         self.rank, self.P = dist.get_rank(group), dist.get_world_size(group)
         self.device = comm_device(group)
         self.tags = dist.get_backend(group) != "nccl"
@@ -78,6 +77,12 @@ class TorchExecutor:
         self.handlers: dict[type, Callable[[Any, RankLog], Any]] = {
             Send: self._send, Recv: self._recv, Allreduce: self._allreduce, Allgatherv: self._allgatherv,
             Bcast: self._bcast}
+
+    @property
+    def pg(self) -> dist.ProcessGroup:
+        """`group`, or the default group looked up at each use: an executor must not keep the default group
+        alive past `destroy_process_group` (its gloo threads would outlive it: tests/unit/test_torch_world_close.py)."""
+        return self.group if self.group is not None else dist.group.WORLD
 
     def __call__(self, op: Op, log: RankLog) -> Any:
         """Carry out `op` for this rank; returns what the program receives back. TypeError for an unknown kind."""
