@@ -10,8 +10,11 @@
   another order (`scatter_segments(out, idx, val, scale, starts, shifts)`: the DDP hook's decode into DDP's
   bucket; else the hook's torch operations, with the same bits).
 - `topk_select.c`: the radix selection of the k-th largest magnitude (the merge's), and the Top-k
-  positions of u from its block peaks (`topk_blocks(u, peak, block, k)`; else, and where a tie at
-  the k-th magnitude leaves a choice, `ssgd.compress.sparse.select_topk` uses torch.topk: the same set).
+  positions of u from its block peaks (`topk_blocks(u, peak, block, k)`; its scan of the candidate
+  blocks compares eight entries at once with AVX2 where the CPU has it, the same entries in the same
+  order; else, and where a tie at the k-th magnitude leaves a choice, `ssgd.compress.sparse.select_topk`
+  uses torch.topk: the same magnitudes, and on a tie torch.topk picks among the kernel's candidates,
+  `topk_or_candidates`).
 
 `available()` says whether they can run. The shared library is compiled from the sources with the
 system C compiler (`cc -O2`, under a second) by `make setup`, or on first use when it is missing,
