@@ -126,11 +126,7 @@ class _Bucket:
         bucket buffer `buf` (`shifts_for`); None when a gradient is not a view of it (then the caller copies
         part by part)."""
         found = self.shifts_for(positions, grads, buf)
-        if found is None:
-            return None
-        first, shift = found
-        part = torch.searchsorted(first, idx, right=True).sub_(1)
-        return idx + shift.index_select(0, part)
+        return None if found is None else _moved(idx, *found)
 
     def decode_into(self, total: Sparse, P: int, positions: list[int], grads: list[Tensor], buf: Tensor) -> bool:
         """float32 `buf` = total / P in DDP's layout (each entry moved as `in_buffer` moves it), by the C kernel
@@ -140,9 +136,13 @@ class _Bucket:
         if found is None:
             return False
         if not native.scatter_segments(buf, total.idx, total.val, P, *found):
-            at = self.in_buffer(total.idx, positions, grads, buf)
-            Sparse(at, total.val, total.numel).to_dense(scale=P, out=buf)
+            Sparse(_moved(total.idx, *found), total.val, total.numel).to_dense(scale=P, out=buf)
         return True
+
+
+def _moved(idx: Tensor, starts: Tensor, shifts: Tensor) -> Tensor:
+    """`idx` (int64 model-order positions) moved by the shift of the parameter each lies in (`_Bucket.shifts_for`)."""
+    return idx + shifts.index_select(0, torch.searchsorted(starts, idx, right=True).sub_(1))
 
 
 @dataclass

@@ -105,7 +105,7 @@ static int64_t gather_scalar(const float *u, int64_t blocks, int64_t block, cons
 
 /* gather_scalar for a block that is a multiple of 8, with AVX2 and no branch on the data: eight keys
  * are compared at once, and those that pass are packed to the front (a permutation looked up by their
- * mask bits, `lut`) and stored with their positions, eight slots written and popcount(mask) of them kept.
+ * mask bits, `pack_lut`) and stored with their positions, eight slots written and popcount(mask) of them kept.
  * The same entries in the same order as gather_scalar; positions are formed as int32 (n < 2^31). */
 __attribute__((target("avx2,popcnt")))
 static int64_t gather_avx2(const float *u, int64_t blocks, int64_t block, const uint32_t *peak_keys,
@@ -131,19 +131,25 @@ static int64_t gather_avx2(const float *u, int64_t blocks, int64_t block, const 
     return m;
 }
 
+static int32_t pack_lut[256][8];      /* pack_lut[mask]: the lanes of mask's set bits, lowest first, then 0s */
+
+/* Fills pack_lut once, when the library is loaded (before any caller's thread can use it). */
+__attribute__((constructor))
+static void fill_pack_lut(void)
+{
+    for (int mask = 0; mask < 256; mask++) {
+        int n = 0;
+        for (int lane = 0; lane < 8; lane++)
+            if (mask >> lane & 1) pack_lut[mask][n++] = lane;
+        while (n < 8) pack_lut[mask][n++] = 0;
+    }
+}
+
 static int64_t gather_blocks(const float *u, int64_t blocks, int64_t block, const uint32_t *peak_keys, uint32_t thr,
                              int64_t *pos, uint32_t *keys, int64_t cap)
 {
-    if (block % 8 == 0 && blocks * block < ((int64_t)1 << 31) && __builtin_cpu_supports("avx2")) {
-        int32_t lut[256][8];                             /* lut[mask]: the set bits' lanes, lowest first */
-        for (int mask = 0; mask < 256; mask++) {
-            int n = 0;
-            for (int lane = 0; lane < 8; lane++)
-                if (mask >> lane & 1) lut[mask][n++] = lane;
-            while (n < 8) lut[mask][n++] = 0;
-        }
-        return gather_avx2(u, blocks, block, peak_keys, thr, pos, keys, cap, (const int32_t (*)[8])lut);
-    }
+    if (block % 8 == 0 && blocks * block < ((int64_t)1 << 31) && __builtin_cpu_supports("avx2"))
+        return gather_avx2(u, blocks, block, peak_keys, thr, pos, keys, cap, (const int32_t (*)[8])pack_lut);
     return gather_scalar(u, blocks, block, peak_keys, thr, pos, keys, cap);
 }
 #else
